@@ -1,0 +1,3 @@
+from .optim_wrapper import AutocastOptimWrapper
+
+__all__ = ['AutocastOptimWrapper']

@@ -1,0 +1,14 @@
+from .base_backbone import VitAttnBackbone, freeze_module
+from .pos_embed import ResizablePosEmbed, resize_pos_embed
+from .pretrained import LoadReport, load_pretrained, unwrap_state_dict
+from .windows import (RelativePositionBias, crop_tokens, pad_to_multiple,
+                      shifted_window_mask, to_2tuple_int, window_partition,
+                      window_reverse)
+
+__all__ = [
+    'VitAttnBackbone', 'freeze_module', 'ResizablePosEmbed',
+    'resize_pos_embed', 'LoadReport', 'load_pretrained', 'unwrap_state_dict',
+    'RelativePositionBias', 'crop_tokens', 'pad_to_multiple',
+    'shifted_window_mask', 'to_2tuple_int', 'window_partition',
+    'window_reverse'
+]

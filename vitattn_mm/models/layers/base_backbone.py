@@ -1,0 +1,142 @@
+"""What every backbone of the package shares: arch zoo lookup, output indices,
+stage freezing, ``norm_eval``, input-size checks and pretrained loading."""
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmengine.model import BaseModule
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from .pretrained import LoadReport, StateDict, load_pretrained
+
+ArchZoo = Dict[Union[str, Tuple[str, ...]], dict]
+
+
+def freeze_module(module: nn.Module) -> None:
+    """Put ``module`` in eval mode and stop its gradients."""
+    module.eval()
+    for param in module.parameters():
+        param.requires_grad = False
+
+
+class VitAttnBackbone(BaseModule):
+    """Base class of the package's backbones (mmpretrain-style).
+
+    Subclasses define ``arch_zoo`` (names or tuples of aliases -> settings),
+    ``arch_keys`` (settings a custom arch dict must give), build their
+    layers and random init in ``__init__`` (timm style), and implement
+    ``forward`` and ``_freeze_stages``. ``init_weights`` then only has to
+    load a ``Pretrained`` ``init_cfg``, through :meth:`convert_checkpoint`
+    (official key names -> ours) and with a report of what was loaded.
+
+    Args:
+        frozen_stages (int): Stages to freeze (and the stem when >= 0).
+            -1 freezes nothing. Default: -1.
+        norm_eval (bool): Keep BatchNorm layers in eval mode while training
+            (frozen statistics). Default: False.
+        init_cfg (dict | list[dict], optional): Initialisation config.
+            ``dict(type='Pretrained', checkpoint=PATH, prefix=None,
+            state_dict_key=None)`` loads a file. Default: None.
+    """
+
+    arch_zoo: ArchZoo = {}
+    arch_keys: Tuple[str, ...] = ()
+    #: Smallest input side (pixels) the network can process.
+    min_input_size: int = 32
+
+    def __init__(self,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 init_cfg: Optional[Union[dict, list]] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.load_report: Optional[LoadReport] = None
+
+    # ----------------------------------------------------------- arch zoo
+    @classmethod
+    def arch_names(cls) -> Tuple[str, ...]:
+        names = []
+        for key in cls.arch_zoo:
+            names.extend([key] if isinstance(key, str) else key)
+        return tuple(names)
+
+    @classmethod
+    def parse_arch(cls, arch: Union[str, dict]) -> dict:
+        """Settings of a named arch, or a validated custom arch dict."""
+        if isinstance(arch, str):
+            for key, settings in cls.arch_zoo.items():
+                aliases = (key, ) if isinstance(key, str) else key
+                if arch.lower() in aliases:
+                    return dict(settings)
+            raise KeyError(f"Unknown arch '{arch}' for {cls.__name__}. "
+                           f'Valid arch names: {", ".join(cls.arch_names())}'
+                           f' (or a dict with keys {list(cls.arch_keys)}).')
+        if not isinstance(arch, dict):
+            raise TypeError(f'arch must be a str or a dict, got {type(arch)}')
+        missing = [k for k in cls.arch_keys if k not in arch]
+        if missing:
+            raise KeyError(f'Custom arch for {cls.__name__} lacks {missing}; '
+                           f'it needs {list(cls.arch_keys)}.')
+        return dict(arch)
+
+    # ------------------------------------------------------------ outputs
+    @staticmethod
+    def normalize_out_indices(out_indices: Union[int, Sequence[int]],
+                              num_stages: int) -> Tuple[int, ...]:
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        result = []
+        for index in out_indices:
+            if not -num_stages <= index < num_stages:
+                raise ValueError(f'out_indices {tuple(out_indices)} out of '
+                                 f'range for {num_stages} stages')
+            result.append(index % num_stages)
+        return tuple(sorted(set(result)))
+
+    def check_input_size(self, x: torch.Tensor) -> None:
+        """Raise a clear error for inputs the network cannot process."""
+        if x.dim() != 4:
+            raise ValueError(f'{type(self).__name__} expects (B, C, H, W) '
+                             f'images, got shape {tuple(x.shape)}')
+        if min(x.shape[-2:]) < self.min_input_size:
+            raise ValueError(
+                f'{type(self).__name__} needs inputs of at least '
+                f'{self.min_input_size}x{self.min_input_size} pixels, got '
+                f'{x.shape[-2]}x{x.shape[-1]}.')
+
+    # ----------------------------------------------------- train / freeze
+    def _freeze_stages(self) -> None:
+        """Freeze the stem and stages ``0..frozen_stages``."""
+        raise NotImplementedError
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for module in self.modules():
+                if isinstance(module, _BatchNorm):
+                    module.eval()
+        return self
+
+    # ------------------------------------------------------------ weights
+    @classmethod
+    def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:
+        """Map another layout's key names to ours (identity by default)."""
+        return state_dict
+
+    def init_weights(self) -> None:
+        cfg = self.init_cfg
+        if not (isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'):
+            super().init_weights()
+            return
+        if 'checkpoint' not in cfg:
+            raise KeyError("init_cfg of type 'Pretrained' needs 'checkpoint'")
+        self.load_report = load_pretrained(
+            self,
+            cfg['checkpoint'],
+            prefix=cfg.get('prefix'),
+            state_dict_key=cfg.get('state_dict_key'),
+            convert=self.convert_checkpoint,
+            map_location=cfg.get('map_location', 'cpu'))
+        self._is_init = True

@@ -1,0 +1,123 @@
+"""Learned absolute positional embeddings that follow the running grid."""
+import math
+from typing import Dict, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.logging import MMLogger
+from mmengine.model.weight_init import trunc_normal_
+
+
+def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int],
+                     dst_hw: Tuple[int, int],
+                     mode: str = 'bilinear') -> torch.Tensor:
+    """Resize a ``(1, H*W, C)`` positional embedding to another grid.
+
+    Interpolation runs in fp32 (bicubic is fp32-only on several devices) and
+    the result is cast back, so it is safe under autocast.
+
+    Args:
+        pos_embed (Tensor): Embedding of shape ``(1, src_h * src_w, C)``.
+        src_hw (tuple[int, int]): Grid the embedding was learned on.
+        dst_hw (tuple[int, int]): Grid to resize to.
+        mode (str): ``F.interpolate`` mode. Default: 'bilinear'.
+
+    Returns:
+        Tensor: Embedding of shape ``(1, dst_h * dst_w, C)``.
+    """
+    src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
+    if src_hw == dst_hw:
+        return pos_embed
+    _, length, channels = pos_embed.shape
+    if length != src_hw[0] * src_hw[1]:
+        raise ValueError(f'positional embedding has {length} tokens, which '
+                         f'is not a {src_hw[0]}x{src_hw[1]} grid')
+    grid = pos_embed.reshape(1, *src_hw, channels).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid.float(), size=dst_hw, mode=mode,
+                         align_corners=False)
+    return grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
+
+
+class ResizablePosEmbed(nn.Module):
+    """A learned ``(1, N, C)`` positional embedding on a pretraining grid.
+
+    ``forward(hw)`` returns it resized to the running ``(H, W)`` grid, so the
+    module serves any input size. Resized copies are cached per size when no
+    gradient is being recorded (inference); during training the resize is
+    part of the graph and recomputed (it is tiny next to attention).
+    A checkpoint holding the embedding on another (square) grid is resized
+    when loaded, whichever loader is used.
+
+    Args:
+        channels (int): Embedding channels C.
+        grid_hw (tuple[int, int]): Pretraining grid ``(H, W)``.
+        mode (str): Interpolation mode for resizing. Default: 'bilinear'.
+        init_std (float): Std of the truncated-normal init; 0 initialises to
+            zeros (the FLatten convention). Default: 0.02.
+    """
+
+    def __init__(self,
+                 channels: int,
+                 grid_hw: Tuple[int, int],
+                 mode: str = 'bilinear',
+                 init_std: float = 0.02):
+        super().__init__()
+        self.grid_hw = tuple(grid_hw)
+        self.mode = mode
+        self.init_std = init_std
+        self.weight = nn.Parameter(
+            torch.zeros(1, self.grid_hw[0] * self.grid_hw[1], channels))
+        self._cache: Dict[tuple, torch.Tensor] = {}
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.init_std > 0:
+            trunc_normal_(self.weight, std=self.init_std)
+        else:
+            nn.init.zeros_(self.weight)
+        self._cache.clear()
+
+    def forward(self, hw: Tuple[int, int]) -> torch.Tensor:
+        hw = (int(hw[0]), int(hw[1]))
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            return resize_pos_embed(self.weight, self.grid_hw, hw, self.mode)
+        # The version counter changes on every in-place update (optimizer
+        # step, load_state_dict), which invalidates stale entries.
+        key = (hw, self.weight._version, self.weight.device,
+               self.weight.dtype)
+        cached = self._cache.get(key)
+        if cached is None:
+            self._cache = {k: v for k, v in self._cache.items()
+                           if k[1] == key[1]}
+            cached = resize_pos_embed(self.weight.detach(), self.grid_hw, hw,
+                                      self.mode)
+            self._cache[key] = cached
+        return cached
+
+    def adapt_loaded(self, weight: torch.Tensor) -> torch.Tensor:
+        """Resize a checkpoint's embedding (square grid) to ``grid_hw``."""
+        if weight.shape == self.weight.shape:
+            return weight
+        length = weight.shape[-2]
+        side = math.isqrt(length)
+        if weight.dim() != 3 or side * side != length:
+            raise ValueError(
+                f'cannot resize a positional embedding of shape '
+                f'{tuple(weight.shape)}: expected (1, N, C) with N a square')
+        MMLogger.get_current_instance().info(
+            f'Resize positional embedding from {side}x{side} to '
+            f'{self.grid_hw[0]}x{self.grid_hw[1]}.')
+        return resize_pos_embed(weight, (side, side), self.grid_hw,
+                                self.mode)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + 'weight'
+        if key in state_dict:
+            state_dict[key] = self.adapt_loaded(state_dict[key])
+        self._cache.clear()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return (f'channels={self.weight.shape[-1]}, grid_hw={self.grid_hw}, '
+                f'mode={self.mode!r}')

@@ -1,0 +1,86 @@
+"""What the command-line tools share: task detection and CPU-capable
+launching (the stock mmengine path assumes CUDA in several places)."""
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+from mmengine.logging import print_log
+
+#: default_scope -> task name used by the tools.
+TASKS = {'mmdet': 'detection', 'mmseg': 'segmentation',
+         'mmpretrain': 'classification'}
+
+
+def task_of(cfg: Config) -> str:
+    """'detection', 'segmentation' or 'classification' from the scope."""
+    scope = cfg.get('default_scope')
+    if scope not in TASKS:
+        raise ValueError(
+            f"config default_scope is {scope!r}; vitattn_mm tools handle "
+            f"{sorted(TASKS)}. Inherit an mmdet::, mmseg:: or mmpretrain:: "
+            'base config (they set it).')
+    return TASKS[scope]
+
+
+def replace_norm_type(node: Any, old: str, new: str) -> Any:
+    """Recursively swap ``norm_cfg type=old`` for ``new`` in a config."""
+    if isinstance(node, dict):
+        if node.get('type') == old and set(node) <= {'type', 'requires_grad',
+                                                     'eps', 'momentum'}:
+            node['type'] = new
+        for value in node.values():
+            replace_norm_type(value, old, new)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            replace_norm_type(value, old, new)
+    return node
+
+
+def setup_launcher(cfg: Config, launcher: str) -> None:
+    """Prepare ``cfg`` for ``launcher``, also on machines without a GPU.
+
+    mmengine's own distributed setup calls ``torch.cuda.set_device`` and
+    wraps the model with ``device_ids=[LOCAL_RANK]``, which fails on a CPU
+    machine. Without CUDA we start a gloo process group ourselves (the
+    Runner then skips its own init), wrap with CPU DDP and replace SyncBN
+    (CUDA-only) by BN. With CUDA nothing changes.
+    """
+    cfg.launcher = launcher
+    if launcher == 'none' or torch.cuda.is_available():
+        return
+    if launcher == 'slurm':
+        # Map Slurm's variables onto torchrun's.
+        os.environ.setdefault('RANK', os.environ['SLURM_PROCID'])
+        os.environ.setdefault('WORLD_SIZE', os.environ['SLURM_NTASKS'])
+        os.environ.setdefault('LOCAL_RANK', os.environ['SLURM_LOCALID'])
+        os.environ.setdefault('MASTER_PORT', '29500')
+        os.environ.setdefault('MASTER_ADDR', '127.0.0.1')
+    elif launcher != 'pytorch':
+        raise ValueError(f'launcher {launcher!r} is not supported on CPU')
+    if not dist.is_initialized():
+        dist.init_process_group(backend='gloo', init_method='env://')
+    cfg.env_cfg = dict(cfg.get('env_cfg', {}), dist_cfg=dict(backend='gloo'))
+    wrapper = dict(cfg.get('model_wrapper_cfg') or {})
+    wrapper.setdefault('type', 'MMDistributedDataParallel')
+    wrapper['device_ids'] = None
+    wrapper.setdefault('broadcast_buffers', False)
+    wrapper.setdefault('find_unused_parameters',
+                       cfg.get('find_unused_parameters', False))
+    cfg.model_wrapper_cfg = wrapper
+    replace_norm_type(cfg.model, 'SyncBN', 'BN')
+    print_log(
+        f'CPU distributed run: gloo process group of {dist.get_world_size()}'
+        ' processes, DistributedDataParallel on CPU, SyncBN -> BN.',
+        logger='current')
+
+
+def enable_amp(cfg: Config) -> None:
+    """``--amp``: fp16 with loss scaling on CUDA, bf16 autocast on CPU."""
+    if torch.cuda.is_available():
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.loss_scale = 'dynamic'
+    else:
+        cfg.optim_wrapper.type = 'AutocastOptimWrapper'
+        cfg.optim_wrapper.dtype = 'bfloat16'
