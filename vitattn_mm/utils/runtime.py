@@ -1,7 +1,8 @@
 """What the command-line tools share: task detection and CPU-capable
 launching (the stock mmengine path assumes CUDA in several places)."""
 import os
-from typing import Any
+import os.path as osp
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -84,3 +85,53 @@ def enable_amp(cfg: Config) -> None:
     else:
         cfg.optim_wrapper.type = 'AutocastOptimWrapper'
         cfg.optim_wrapper.dtype = 'bfloat16'
+
+
+def adapt_to_device(cfg: Config) -> None:
+    """Keep GPU-only settings from failing on a machine without CUDA.
+
+    A config that asks for ``AmpOptimWrapper`` (fp16 + GradScaler, which
+    mmengine asserts is on a GPU) gets bf16 autocast instead, with a note.
+    """
+    if torch.cuda.is_available():
+        return
+    optim_wrapper = cfg.get('optim_wrapper')
+    if isinstance(optim_wrapper,
+                  dict) and optim_wrapper.get('type') == 'AmpOptimWrapper':
+        optim_wrapper.type = 'AutocastOptimWrapper'
+        optim_wrapper.pop('loss_scale', None)
+        optim_wrapper.dtype = 'bfloat16'
+        print_log('No CUDA: AmpOptimWrapper (fp16) replaced by bf16 '
+                  'AutocastOptimWrapper.', logger='current')
+
+
+def load_tool_config(path: str,
+                     work_dir: Optional[str] = None,
+                     cfg_options: Optional[dict] = None,
+                     demo_root: Optional[str] = None,
+                     demo_iters: int = 20) -> Config:
+    """Read a config as ``tools/train.py`` / ``tools/test.py`` do.
+
+    Args:
+        path (str): Config file.
+        work_dir (str, optional): Overrides the config's; by default
+            ``./work_dirs/<config name>``.
+        cfg_options (dict, optional): ``--cfg-options`` to merge.
+        demo_root (str, optional): Run on the demo data under this root
+            (generated if missing). Default: None.
+        demo_iters (int): Training iterations of a demo run. Default: 20.
+    """
+    cfg = Config.fromfile(path)
+    if demo_root:
+        from ..datasets import generate_demo_data
+        from .demo_config import make_demo_config
+        generate_demo_data(demo_root)
+        cfg = make_demo_config(cfg, data_root=demo_root, max_iters=demo_iters)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(path))[0])
+    return cfg

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Distributed training with torchrun (one process per GPU, or gloo processes
+# on CPU-only machines).
+#   bash tools/dist_train.sh CONFIG GPUS [train.py options]
+# Multi-node: NNODES, NODE_RANK, MASTER_ADDR, PORT (same on every node).
+set -euo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: $0 CONFIG GPUS [train.py options]" >&2
+  exit 2
+fi
+CONFIG=$1
+GPUS=$2
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+PORT=${PORT:-29500}
+MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PYTHON=${PYTHON:-python}
+
+PYTHONPATH="$ROOT:${PYTHONPATH:-}" \
+"$PYTHON" -m torch.distributed.run \
+    --nnodes="$NNODES" \
+    --node_rank="$NODE_RANK" \
+    --master_addr="$MASTER_ADDR" \
+    --nproc_per_node="$GPUS" \
+    --master_port="$PORT" \
+    "$ROOT/tools/train.py" \
+    "$CONFIG" \
+    --launcher pytorch "${@:3}"
