@@ -1,0 +1,1 @@
+from .flatten import FLattenPVT, FLattenPVTv2, FLattenSwinTransformer  # noqa: F401
