@@ -22,13 +22,14 @@ from typing import Dict, List, Optional, Tuple
 
 import cv2
 import numpy as np
+from pycocotools import mask as mask_utils
 
 SHAPE_CLASSES = ('circle', 'square', 'triangle')
 SEG_CLASSES = ('sky', 'ground') + SHAPE_CLASSES
 SEG_PALETTE = [[120, 180, 230], [110, 90, 60], [220, 40, 40], [40, 200, 60],
                [240, 200, 20]]
 #: Bumped whenever the generator's output changes, so stale data is remade.
-DEMO_DATA_VERSION = 1
+DEMO_DATA_VERSION = 2
 
 Polygon = np.ndarray  # (K, 2) float32, x-y
 
@@ -112,18 +113,20 @@ def _write_coco_split(root: str, split: str, num_images: int, seed: int,
                                (0.1 * min(h, w), 0.25 * min(h, w)))
         for kind, polygon in shapes:
             _fill(img, polygon, _distinct_colour(rng, bg_mean))
-            mask = np.zeros((h, w), np.uint8)
-            _fill(mask, polygon, 1)
-            ys, xs = np.nonzero(mask)
-            x0, y0 = float(xs.min()), float(ys.min())
-            bw, bh = float(xs.max() + 1) - x0, float(ys.max() + 1) - y0
+            segmentation = [polygon.reshape(-1).round(2).tolist()]
+            # As in COCO: the box bounds the polygon, the area is the
+            # polygon's rasterised area.
+            (x0, y0), (x1, y1) = polygon.min(0), polygon.max(0)
+            area = mask_utils.area(
+                mask_utils.merge(mask_utils.frPyObjects(segmentation, h, w)))
             annotations.append(
                 dict(id=len(annotations) + 1,
                      image_id=image_id,
                      category_id=SHAPE_CLASSES.index(kind) + 1,
-                     bbox=[x0, y0, bw, bh],
-                     area=float(mask.sum()),
-                     segmentation=[polygon.reshape(-1).round(2).tolist()],
+                     bbox=[round(float(v), 2)
+                           for v in (x0, y0, x1 - x0, y1 - y0)],
+                     area=float(area),
+                     segmentation=segmentation,
                      iscrowd=0))
         file_name = f'{image_id:06d}.jpg'
         cv2.imwrite(osp.join(root, split, file_name), img[..., ::-1],

@@ -1,3 +1,4 @@
+from .hooks import EvaluateBeforeTrainHook
 from .optim_wrapper import AutocastOptimWrapper
 
-__all__ = ['AutocastOptimWrapper']
+__all__ = ['AutocastOptimWrapper', 'EvaluateBeforeTrainHook']

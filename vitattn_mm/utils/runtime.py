@@ -78,13 +78,20 @@ def setup_launcher(cfg: Config, launcher: str) -> None:
 
 
 def enable_amp(cfg: Config) -> None:
-    """``--amp``: fp16 with loss scaling on CUDA, bf16 autocast on CPU."""
+    """``--amp``: fp16 with loss scaling on CUDA; on CPU, bf16 autocast of
+    the backbone and neck (see :class:`AutocastOptimWrapper`)."""
     if torch.cuda.is_available():
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.loss_scale = 'dynamic'
     else:
-        cfg.optim_wrapper.type = 'AutocastOptimWrapper'
-        cfg.optim_wrapper.dtype = 'bfloat16'
+        _use_cpu_autocast(cfg.optim_wrapper)
+
+
+def _use_cpu_autocast(optim_wrapper: dict) -> None:
+    # Backbone and neck in bf16; heads (box decoding, mmcv ops) in fp32.
+    optim_wrapper.pop('loss_scale', None)
+    optim_wrapper.update(type='AutocastOptimWrapper', dtype='bfloat16',
+                         modules=('backbone', 'neck'))
 
 
 def adapt_to_device(cfg: Config) -> None:
@@ -98,11 +105,10 @@ def adapt_to_device(cfg: Config) -> None:
     optim_wrapper = cfg.get('optim_wrapper')
     if isinstance(optim_wrapper,
                   dict) and optim_wrapper.get('type') == 'AmpOptimWrapper':
-        optim_wrapper.type = 'AutocastOptimWrapper'
-        optim_wrapper.pop('loss_scale', None)
-        optim_wrapper.dtype = 'bfloat16'
+        _use_cpu_autocast(optim_wrapper)
         print_log('No CUDA: AmpOptimWrapper (fp16) replaced by bf16 '
-                  'AutocastOptimWrapper.', logger='current')
+                  'AutocastOptimWrapper on backbone and neck.',
+                  logger='current')
 
 
 def load_tool_config(path: str,
