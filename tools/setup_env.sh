@@ -25,7 +25,8 @@ TORCH_VERSION=2.14.1
 
 PY="$VENV/bin/python"
 STAMP="$VENV/.vitattn_mm_stamp"
-want_stamp="$(cat "$ROOT/requirements/runtime.txt" "$ROOT/requirements/tests.txt" \
+REQS="$ROOT/requirements"
+want_stamp="$(cat "$REQS/runtime.txt" "$REQS/tests.txt" "$REQS/constraints.txt" \
   "$ROOT/tools/setup_env.sh" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
 
 log() { printf '[setup_env] %s\n' "$*"; }
@@ -53,7 +54,7 @@ fi
 PIP=("$PY" -m pip --disable-pip-version-check)
 
 "${PIP[@]}" install -q wheel ninja
-"${PIP[@]}" install -q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
+"${PIP[@]}" install -q -c "$REQS/constraints.txt" -r "$REQS/runtime.txt" -r "$REQS/tests.txt"
 
 installed_mmcv() {
   "$PY" - <<EOF 2>/dev/null
@@ -86,7 +87,8 @@ if [ "$(installed_mmcv)" != "$MMCV_VERSION" ]; then
       --no-build-isolation .)
   fi
   # mmcv's own runtime requirements (the wheel was installed without deps).
-  "${PIP[@]}" install -q addict mmengine==0.10.7 numpy packaging Pillow pyyaml yapf opencv-python
+  "${PIP[@]}" install -q -c "$REQS/constraints.txt" addict mmengine numpy packaging Pillow \
+    pyyaml yapf opencv-python
 fi
 
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT"
