@@ -1,1 +1,2 @@
 from .flatten import FLattenPVT, FLattenPVTv2, FLattenSwinTransformer  # noqa: F401
+from .l2vit import L2ViT  # noqa: F401
