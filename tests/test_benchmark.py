@@ -1,0 +1,60 @@
+"""tools/benchmark.py machinery (figures themselves live in docs/)."""
+import subprocess
+import sys
+
+import pytest
+import torch.nn as nn
+
+from vitattn_mm.utils.benchmark import (build_backbone, fit_exponent,
+                                        measure, write_csv)
+
+
+class Quadratic(nn.Module):
+    """Global attention-like cost: N x N scores."""
+
+    def forward(self, x):
+        tokens = x.flatten(2)
+        return ((tokens.transpose(1, 2) @ tokens).softmax(-1), )
+
+
+class Linear(nn.Module):
+
+    def forward(self, x):
+        return (x * 2, )
+
+
+def test_fit_exponent_recovers_power_laws():
+    px = [1e4, 4e4, 1.6e5]
+    assert fit_exponent(px, [3 * p for p in px]) == pytest.approx(1.0)
+    assert fit_exponent(px, [p**2 for p in px]) == pytest.approx(2.0)
+
+
+def test_measure_side_by_side(tmp_path):
+    results = measure({'quadratic': Quadratic(), 'linear': Linear()},
+                      (48, 48), warmup=1, repeats=3)
+    assert set(results) == {'quadratic', 'linear'}
+    quad = results['quadratic']
+    assert len(quad.times) == 3 and quad.median > 0
+    # (48*48)^2 fp32 scores = 21 MiB: the peak must see them
+    assert quad.peak_bytes is None or quad.peak_bytes > 15 * 2**20
+    write_csv(str(tmp_path / 'b.csv'), list(results.values()))
+    assert (tmp_path / 'b.csv').read_text().count('\n') == 3
+
+
+def test_build_backbone_specs():
+    label, model = build_backbone('pvt-t')
+    assert label == 'pvt-t' and sum(p.numel() for p in model.parameters())
+    with pytest.raises(KeyError):
+        build_backbone('NoSuchBackbone:tiny')
+
+
+@pytest.mark.slow
+def test_cli_sweep_writes_csv_and_plot(tmp_path):
+    result = subprocess.run(
+        [sys.executable, 'tools/benchmark.py', 'pvt-t', '--sweep', '64',
+         '128', '--steps', '2', '--repeats', '1', '--warmup', '0',
+         '--out-dir', str(tmp_path)], capture_output=True, text=True,
+        check=True)
+    assert 'fitted exponents' in result.stdout
+    assert (tmp_path / 'benchmark_sweep_forward.png').stat().st_size > 1000
+    assert (tmp_path / 'benchmark_sweep_forward.csv').exists()
