@@ -1,2 +1,3 @@
 from .flatten import FLattenPVT, FLattenPVTv2, FLattenSwinTransformer  # noqa: F401
 from .l2vit import L2ViT  # noqa: F401
+from .lavit import LaViT  # noqa: F401

@@ -1,0 +1,659 @@
+"""LaViT: Less-Attention Vision Transformer, on a PVT base, at any input size.
+
+Zhang et al., "You Only Need Less Attention at Each Stage in Vision
+Transformers", CVPR 2024 (https://arxiv.org/abs/2406.00427). No official
+code exists; this is our reading of the paper, made to serve dense
+prediction (see ``docs/lavit.md`` for every decision and deviation).
+
+Each stage of a PVT (patch embedding, absolute position embedding, blocks
+with spatial-reduction attention) starts with Vanilla Attention (VA) layers
+and continues with Less-Attention (LA) layers, which compute no ``Q K^T``:
+they transform the previous layer's pre-softmax attention logits and apply
+their softmax to their own values (paper Eq. 5). The Attention Residual
+(Eq. 6-7) carries the previous stage's last logits into the first layer of
+the next, and the Diagonality-Preserving loss (Eq. 9, in a bounded,
+resolution-independent form) keeps the transformed maps attention-like.
+
+Shapes: the attention logits of a stage are ``(B, heads, N_q, N_k)``: queries
+on the stage grid, keys on the spatially reduced grid. With the spatial
+reductions 8, 4, 2, 1 every stage has the same key grid (ceil(H/32) x
+ceil(W/32); the reductions pad like the patch embeddings), so only the query
+grid changes between stages.
+"""
+import math
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint as cp
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+from mmcv.cnn.bricks.transformer import FFN, PatchEmbed
+from mmdet.models.layers import nlc_to_nchw
+from mmengine.model import BaseModule, ModuleDict, ModuleList
+from mmengine.model.weight_init import trunc_normal_
+from mmpretrain.models.utils import LayerScale
+
+from ...registry import register_model
+from ..aux_loss import AuxLossBackbone
+from ..layers import (ResizablePosEmbed, VitAttnBackbone, freeze_module,
+                      to_2tuple_int)
+
+Grid = Tuple[int, int]
+
+
+def reduced_grid(hw_shape: Sequence[int], ratio: int) -> Grid:
+    """Grid after a stride-``ratio`` patch embedding / spatial reduction
+    with corner padding (partial patches at the bottom and right count)."""
+    return tuple(math.ceil(s / ratio) for s in hw_shape)
+
+
+# --------------------------------------------------------------- transforms
+class ConvAttentionTransform(BaseModule):
+    """Resolution-agnostic Less-Attention transform (our default).
+
+    ``A -> HeadMix(QueryConv(KeyConv(A)))`` on logits ``(B, h, N_q, N_k)``:
+    a depthwise ``k x k`` conv over the key grid (each query's row of logits
+    seen as an image), one over the query grid (each key's column), and a
+    1x1 mix across heads, with one kernel per head. Like the paper's
+    ``Psi(Theta(A)^T)^T`` these are linear maps along the key axis and along
+    the query axis, only banded instead of dense, so the same weights serve
+    every input size. Initialised to the identity: an untrained LA layer
+    reuses the previous layer's attention exactly.
+
+    No biases: each would add a per-head constant to the logits, which
+    shifts whole softmax rows and so cannot change the attention.
+
+    Args:
+        num_heads (int): Heads of the logits.
+        kernel_size (int): Odd kernel size of both depthwise convs.
+            Default: 3.
+        init_cfg (dict, optional): Initialisation config. Default: None.
+    """
+
+    def __init__(self,
+                 num_heads: int,
+                 kernel_size: int = 3,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        if kernel_size % 2 == 0:
+            raise ValueError(f'kernel_size must be odd, got {kernel_size}')
+        self.key_conv = nn.Conv2d(num_heads, num_heads, kernel_size,
+                                  padding=kernel_size // 2, groups=num_heads,
+                                  bias=False)
+        self.query_conv = nn.Conv2d(num_heads, num_heads, kernel_size,
+                                    padding=kernel_size // 2,
+                                    groups=num_heads, bias=False)
+        self.head_mix = nn.Conv2d(num_heads, num_heads, 1, bias=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Identity: centre taps 1, no mixing across heads."""
+        for conv in (self.key_conv, self.query_conv):
+            conv.weight.zero_()
+            centre = conv.kernel_size[0] // 2
+            conv.weight[:, :, centre, centre] = 1
+        self.head_mix.weight.copy_(
+            torch.eye(self.head_mix.out_channels)[:, :, None, None])
+
+    def forward(self, logits: torch.Tensor, query_hw: Grid,
+                key_hw: Grid) -> torch.Tensor:
+        B, h, Nq, Nk = logits.shape
+        x = logits.transpose(1, 2).reshape(B * Nq, h, *key_hw)
+        x = self.key_conv(x)
+        x = x.reshape(B, Nq, h, Nk).permute(0, 3, 2, 1)
+        x = self.head_mix(self.query_conv(x.reshape(B * Nk, h, *query_hw)))
+        return x.reshape(B, Nk, h, Nq).permute(0, 2, 3, 1)
+
+
+class DenseAttentionTransform(BaseModule):
+    """The paper's Less-Attention transform (Eq. 5), for one input size.
+
+    ``A -> Psi(Theta(A)^T)^T``: ``Theta`` an ``N_k x N_k`` map along the key
+    axis, ``Psi`` an ``N_q x N_q`` map along the query axis, shared by the
+    heads, identity-initialised. The maps fix N: other input sizes raise.
+    Cost ``heads * N_q * N_k * (N_q + N_k)`` per layer, quadratic in the
+    tokens; meant for fixed-size classification.
+
+    Args:
+        query_hw (tuple[int, int]): Query grid the maps are built for.
+        key_hw (tuple[int, int]): Key grid the maps are built for.
+        input_size (tuple[int, int]): The image size these grids come from
+            (for the error message).
+        init_cfg (dict, optional): Initialisation config. Default: None.
+    """
+
+    def __init__(self,
+                 query_hw: Grid,
+                 key_hw: Grid,
+                 input_size: Grid,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.query_hw, self.key_hw = tuple(query_hw), tuple(key_hw)
+        self.input_size = tuple(input_size)
+        self.key_weight = nn.Parameter(torch.eye(math.prod(key_hw)))  # Theta
+        self.query_weight = nn.Parameter(torch.eye(math.prod(query_hw)))  # Psi
+
+    def forward(self, logits: torch.Tensor, query_hw: Grid,
+                key_hw: Grid) -> torch.Tensor:
+        if (tuple(query_hw), tuple(key_hw)) != (self.query_hw, self.key_hw):
+            raise ValueError(
+                "LaViT's dense Less-Attention transform "
+                "(la_transform='dense') is built for "
+                f'{self.input_size[0]}x{self.input_size[1]} inputs (queries '
+                f'on {self.query_hw[0]}x{self.query_hw[1]}, keys on '
+                f'{self.key_hw[0]}x{self.key_hw[1]} in this stage), got '
+                f'queries on {query_hw[0]}x{query_hw[1]} and keys on '
+                f'{key_hw[0]}x{key_hw[1]}. Feed that input size, or use '
+                "la_transform='conv', which serves any size.")
+        x = F.linear(logits, self.key_weight)
+        return F.linear(x.transpose(-2, -1), self.query_weight).transpose(
+            -2, -1)
+
+    def extra_repr(self) -> str:
+        return f'query_hw={self.query_hw}, key_hw={self.key_hw}'
+
+
+# ---------------------------------------------------------------- attention
+class SpatialReductionAttention(BaseModule):
+    """What VA and LA layers share: PVT's spatial reduction (keys and values
+    from a strided conv + LayerNorm of the map, corner-padded so the key grid
+    is ``ceil(H / sr) x ceil(W / sr)``), head split / merge and the output
+    projection."""
+
+    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int):
+        super().__init__()
+        if embed_dims % num_heads:
+            raise ValueError(f'embed_dims {embed_dims} is not divisible by '
+                             f'num_heads {num_heads}')
+        self.embed_dims = embed_dims
+        self.num_heads = num_heads
+        self.sr_ratio = sr_ratio
+        if sr_ratio > 1:
+            self.sr = PatchEmbed(
+                embed_dims,
+                embed_dims,
+                kernel_size=sr_ratio,
+                stride=sr_ratio,
+                padding='corner',
+                norm_cfg=dict(type='LN'))
+        self.proj = nn.Linear(embed_dims, embed_dims)
+
+    def reduce(self, x: torch.Tensor, hw_shape: Grid):
+        """Tokens the keys / values come from, and their grid."""
+        if self.sr_ratio == 1:
+            return x, tuple(hw_shape)
+        return self.sr(nlc_to_nchw(x, hw_shape))
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, N, C = x.shape
+        return x.reshape(B, N, self.num_heads, -1).transpose(1, 2)
+
+    def output(self, out: torch.Tensor) -> torch.Tensor:
+        """Merge the heads of ``(B, heads, N, C / heads)``, project."""
+        B, _, N, _ = out.shape
+        return self.proj(out.transpose(1, 2).reshape(B, N, self.embed_dims))
+
+    def extra_repr(self) -> str:
+        return (f'embed_dims={self.embed_dims}, num_heads={self.num_heads}, '
+                f'sr_ratio={self.sr_ratio}')
+
+
+class VanillaAttention(SpatialReductionAttention):
+    """VA layer: PVT's spatial-reduction attention (paper Eq. 4).
+
+    ``forward(x, hw_shape, bias)`` adds ``bias`` (the Attention Residual) to
+    the logits. With ``keep_logits`` the logits are materialised and
+    returned (an LA layer or the next stage's residual uses them);
+    otherwise the fused ``scaled_dot_product_attention`` runs and None is
+    returned.
+
+    Args:
+        embed_dims (int): Channels C.
+        num_heads (int): Attention heads.
+        sr_ratio (int): Spatial reduction of keys and values.
+        qkv_bias (bool): Bias in the q / kv projections. Default: True.
+        keep_logits (bool): Return the pre-softmax logits. Default: False.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 sr_ratio: int,
+                 qkv_bias: bool = True,
+                 keep_logits: bool = False):
+        super().__init__(embed_dims, num_heads, sr_ratio)
+        self.keep_logits = keep_logits
+        self.scale = (embed_dims // num_heads)**-0.5
+        self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        self.kv = nn.Linear(embed_dims, embed_dims * 2, bias=qkv_bias)
+
+    def forward(self,
+                x: torch.Tensor,
+                hw_shape: Grid,
+                bias: Optional[torch.Tensor] = None):
+        q = self.split_heads(self.q(x))
+        kv_tokens, _ = self.reduce(x, hw_shape)
+        k, v = map(self.split_heads, self.kv(kv_tokens).chunk(2, dim=-1))
+        if not self.keep_logits:
+            if bias is not None:
+                bias = bias.to(q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            return self.output(out), None
+        logits = (q * self.scale) @ k.transpose(-2, -1)
+        if bias is not None:
+            logits = logits + bias
+        return self.output(logits.softmax(dim=-1).to(v.dtype) @ v), logits
+
+
+class LessAttention(SpatialReductionAttention):
+    """LA layer: no queries, no keys (paper Eq. 5).
+
+    ``forward(x, hw_shape, prev_logits)`` transforms the previous layer's
+    logits with ``transform`` and applies their softmax to this layer's own
+    values; returns ``(output, logits)``.
+
+    Args:
+        embed_dims (int): Channels C.
+        num_heads (int): Attention heads.
+        sr_ratio (int): Spatial reduction of the values.
+        transform (nn.Module): :class:`ConvAttentionTransform` or
+            :class:`DenseAttentionTransform`.
+        qkv_bias (bool): Bias in the v projection. Default: True.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 sr_ratio: int,
+                 transform: nn.Module,
+                 qkv_bias: bool = True):
+        super().__init__(embed_dims, num_heads, sr_ratio)
+        self.v = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        self.transform = transform
+
+    def forward(self, x: torch.Tensor, hw_shape: Grid,
+                prev_logits: torch.Tensor):
+        v_tokens, v_hw = self.reduce(x, hw_shape)
+        v = self.split_heads(self.v(v_tokens))
+        logits = self.transform(prev_logits, tuple(hw_shape), v_hw)
+        return self.output(logits.softmax(dim=-1).to(v.dtype) @ v), logits
+
+
+class AttentionResidual(BaseModule):
+    """The previous stage's last attention logits, brought to this stage
+    (paper Eq. 6-7): ``LS(Conv1x1(Norm(DWConv(A))))``.
+
+    Keys stay on their grid (the same in every stage); each key's column of
+    logits is an image on the previous stage's query grid: a depthwise 2x2
+    stride-2 conv (corner-padded for odd grids, like the patch embedding)
+    halves it onto this stage's query grid, GroupNorm normalises it, a 1x1
+    conv maps the previous stage's heads to this stage's, and a per-head
+    LayerScale weighs the result that is added to the first VA layer's
+    logits. The downsampling starts as 2x2 averaging.
+
+    No biases and no affine norm: per-head constants shift whole softmax
+    rows, and a per-head scale before the 1x1 conv is redundant with it.
+
+    Args:
+        in_heads (int): Heads of the previous stage.
+        out_heads (int): Heads of this stage.
+        layer_scale_init (float): Initial LayerScale. Default: 0.1.
+        init_cfg (dict, optional): Initialisation config. Default: None.
+    """
+
+    def __init__(self,
+                 in_heads: int,
+                 out_heads: int,
+                 layer_scale_init: float = 0.1,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.downsample = nn.Conv2d(in_heads, in_heads, 2, stride=2,
+                                    groups=in_heads, bias=False)
+        nn.init.constant_(self.downsample.weight, 0.25)
+        self.norm = nn.GroupNorm(1, in_heads, affine=False)
+        self.head_proj = nn.Conv2d(in_heads, out_heads, 1, bias=False)
+        self.layer_scale = LayerScale(
+            out_heads, layer_scale_init, data_format='channels_first')
+
+    def forward(self, logits: torch.Tensor, src_hw: Grid,
+                dst_hw: Grid) -> torch.Tensor:
+        """``(B, h_in, N_src, N_k)`` -> ``(B, h_out, N_dst, N_k)``."""
+        B, h, _, Nk = logits.shape
+        x = logits.permute(0, 3, 1, 2).reshape(B * Nk, h, *src_hw)
+        x = F.pad(x, (0, src_hw[1] % 2, 0, src_hw[0] % 2))
+        x = self.layer_scale(self.head_proj(self.norm(self.downsample(x))))
+        if tuple(x.shape[-2:]) != tuple(dst_hw):
+            raise ValueError(f'attention residual maps a {src_hw} query grid '
+                             f'to {tuple(x.shape[-2:])}, not {dst_hw}')
+        return x.reshape(B, Nk, x.shape[1], -1).permute(0, 2, 3, 1)
+
+
+# ------------------------------------------------------------------- loss
+def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
+                                key_hw: Grid) -> torch.Tensor:
+    """Diagonality-Preserving loss of one attention map (paper Eq. 8-9).
+
+    Eq. 9 as printed sums raw logits and rewards a *smaller* diagonal; we
+    keep its intent, a symmetric map whose diagonal dominates each row, in a
+    bounded form that does not depend on the resolution:
+
+    * ``P = softmax(logits)`` in fp32; with ``N_q != N_k`` the queries are
+      average-pooled onto the key grid, giving an ``N_k x N_k`` map whose
+      rows still sum to 1 (row i: the attention of the queries in key cell
+      i);
+    * symmetry: ``mean_i sum_j |P_ij - P_ji| / 2`` (in [0, 1]);
+    * diagonality: ``mean_i relu(max_{j != i} P_ij - P_ii) / max_j P_ij``
+      (in [0, 1]; 0 when every diagonal entry is its row's maximum).
+
+    Means over rows, heads and images, never sums, so the value does not
+    grow with the number of tokens.
+
+    Args:
+        logits (Tensor): Pre-softmax attention ``(B, heads, N_q, N_k)``.
+        query_hw (tuple[int, int]): Query grid (``N_q`` tokens).
+        key_hw (tuple[int, int]): Key grid (``N_k`` tokens).
+
+    Returns:
+        Tensor: fp32 scalar, symmetry + diagonality terms.
+    """
+    B, h, Nq, Nk = logits.shape
+    with torch.autocast(logits.device.type, enabled=False):
+        probs = logits.float().softmax(dim=-1)
+        if tuple(query_hw) != tuple(key_hw):
+            columns = probs.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
+            probs = F.adaptive_avg_pool2d(columns, key_hw).reshape(
+                B, h, Nk, Nk).transpose(-2, -1)
+        asymmetry = (probs - probs.transpose(-2, -1)).abs().sum(-1).mean() / 2
+        diag = probs.diagonal(dim1=-2, dim2=-1)
+        off_diag = probs.masked_fill(
+            torch.eye(Nk, dtype=torch.bool, device=probs.device), 0)
+        excess = (off_diag.amax(dim=-1) - diag).clamp_min(0)
+        dominance = (excess / probs.amax(dim=-1)).mean()
+    return asymmetry + dominance
+
+
+# ------------------------------------------------------------------ blocks
+class LaViTBlock(BaseModule):
+    """Pre-norm transformer block around a VA or LA attention.
+
+    ``x + drop_path(attn(norm1(x)))``, then ``x + ffn(norm2(x))``;
+    ``forward`` returns ``(x, logits)`` (None for VA layers that keep no
+    logits).
+
+    Args:
+        embed_dims (int): Channels C.
+        attn (VanillaAttention | LessAttention): The attention.
+        ffn_ratio (float): FFN hidden channels / C.
+        drop_path (float): Stochastic depth rate. Default: 0.
+        norm_cfg (dict): Norm layers. Default: ``dict(type='LN', eps=1e-6)``.
+        with_cp (bool): Gradient checkpointing of the block. Default: False.
+        init_cfg (dict, optional): Initialisation config. Default: None.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 attn: SpatialReductionAttention,
+                 ffn_ratio: float,
+                 drop_path: float = 0.,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 with_cp: bool = False,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.with_cp = with_cp
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = attn
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.ffn = FFN(
+            embed_dims,
+            int(embed_dims * ffn_ratio),
+            act_cfg=dict(type='GELU'),
+            dropout_layer=dict(type='DropPath', drop_prob=drop_path))
+
+    @property
+    def reuses_attention(self) -> bool:
+        """Whether this is a Less-Attention layer."""
+        return isinstance(self.attn, LessAttention)
+
+    def forward(self, x: torch.Tensor, hw_shape: Grid,
+                attn_input: Optional[torch.Tensor] = None):
+        """``attn_input``: the previous logits (LA) or the residual (VA)."""
+
+        def _inner_forward(x, attn_input):
+            out, logits = self.attn(self.norm1(x), hw_shape, attn_input)
+            x = x + self.drop_path(out)
+            return self.ffn(self.norm2(x), identity=x), logits
+
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(_inner_forward, x, attn_input,
+                                 use_reentrant=False)
+        return _inner_forward(x, attn_input)
+
+
+# ---------------------------------------------------------------- backbone
+_PVT_WIDTHS = dict(
+    embed_dims=[64, 128, 320, 512],
+    num_heads=[1, 2, 5, 8],
+    mlp_ratios=[8, 8, 4, 4])
+
+
+@register_model
+class LaViT(AuxLossBackbone, VitAttnBackbone):
+    """LaViT backbone: PVT with Less-Attention layers (paper Table 1).
+
+    ``la_start`` is the paper's N_LA read as the 1-based index of the first
+    LA layer of each stage, 0 meaning none: T ``[0, 0, 2, 2]`` has one LA
+    layer in each of stages 3 and 4, S ``[0, 0, 3, 2]`` four and two, B
+    ``[0, 2, 4, 3]`` two, fifteen and one (the paper's Table 7 numbers
+    layers this way; the reading reproduces the S and B classification
+    parameter counts).
+
+    Args:
+        arch (str | dict): 'tiny', 'small', 'base' (or 't', 's', 'b'), or a
+            dict with ``embed_dims``, ``depths``, ``num_heads``,
+            ``mlp_ratios`` and ``la_start`` (one per stage).
+            Default: 'tiny'.
+        pretrain_img_size (int | tuple[int, int]): Input size the weights
+            were trained on: sizes the position embeddings (resized to the
+            running grid at other sizes) and the dense transform.
+            Default: 224.
+        in_channels (int): Input channels. Default: 3.
+        sr_ratios (Sequence[int]): Spatial reduction of keys / values per
+            stage. With the Attention Residual each must halve the previous
+            one (the key grid stays the same). Default: (8, 4, 2, 1).
+        qkv_bias (bool): Bias in the q / kv / v projections. Default: True.
+        less_attention (bool): Build LA layers; False puts vanilla attention
+            in their place (the same network without Less-Attention, e.g.
+            to measure what it saves). Default: True.
+        la_transform (str): 'conv' (any input size) or 'dense' (the paper's
+            N x N maps, only at ``pretrain_img_size``). Default: 'conv'.
+        la_kernel_size (int): Kernel of the 'conv' transform. Default: 3.
+        attn_residual (bool): Attention Residual between stages.
+            Default: True.
+        ar_layer_scale_init (float): Initial LayerScale of the residual.
+            Default: 0.1.
+        dp_loss_weight (float): Weight of the Diagonality-Preserving loss
+            (mean over LA layers), returned as ``loss_dp`` by
+            ``pop_aux_losses()`` after a training forward pass; 0 disables
+            it. Default: 0.1.
+        drop_path_rate (float): Stochastic depth rate. Default: 0.1.
+        out_indices (Sequence[int] | int): Output stages, each with its own
+            LayerNorm. Default: (0, 1, 2, 3).
+        norm_cfg (dict): Norms of the blocks and outputs.
+            Default: ``dict(type='LN', eps=1e-6)``.
+        with_cp (bool): Gradient checkpointing per block (the DP loss is
+            computed outside the checkpointed blocks). Default: False.
+        frozen_stages (int): Stages to freeze (-1: none). Default: -1.
+        norm_eval (bool): Keep BatchNorm in eval mode (LaViT has none).
+            Default: False.
+        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...)``
+            loads weights, e.g. an mmpretrain LaViT classifier checkpoint.
+            Default: None.
+    """
+    arch_zoo = {
+        ('t', 'tiny'): dict(depths=[2, 2, 2, 2], la_start=[0, 0, 2, 2],
+                            **_PVT_WIDTHS),
+        ('s', 'small'): dict(depths=[3, 4, 6, 3], la_start=[0, 0, 3, 2],
+                             **_PVT_WIDTHS),
+        ('b', 'base'): dict(depths=[3, 3, 18, 3], la_start=[0, 2, 4, 3],
+                            **_PVT_WIDTHS),
+    }
+    arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios',
+                 'la_start')
+    strides = (4, 2, 2, 2)
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'tiny',
+                 pretrain_img_size: Union[int, Tuple[int, int]] = 224,
+                 in_channels: int = 3,
+                 sr_ratios: Sequence[int] = (8, 4, 2, 1),
+                 qkv_bias: bool = True,
+                 less_attention: bool = True,
+                 la_transform: str = 'conv',
+                 la_kernel_size: int = 3,
+                 attn_residual: bool = True,
+                 ar_layer_scale_init: float = 0.1,
+                 dp_loss_weight: float = 0.1,
+                 drop_path_rate: float = 0.1,
+                 out_indices: Union[int, Sequence[int]] = (0, 1, 2, 3),
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 with_cp: bool = False,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(frozen_stages, norm_eval, init_cfg)
+        arch = self.parse_arch(arch)
+        depths, embed_dims = arch['depths'], arch['embed_dims']
+        num_heads = arch['num_heads']
+        num_stages = len(depths)
+        for key in self.arch_keys:
+            if len(arch[key]) != num_stages:
+                raise ValueError(f'arch {key} needs one entry per stage')
+        if len(sr_ratios) != num_stages or num_stages != len(self.strides):
+            raise ValueError(f'LaViT has {len(self.strides)} stages; '
+                             'sr_ratios and the arch need one entry each')
+        for i, start in enumerate(arch['la_start']):
+            if start != 0 and not 2 <= start <= depths[i]:
+                raise ValueError(
+                    f'la_start[{i}] = {start}: the first LA layer of a stage '
+                    f'is layer 2..{depths[i]} (1-based), or 0 for none')
+        if attn_residual and any(sr_ratios[i - 1] != 2 * sr_ratios[i]
+                                 for i in range(1, num_stages)):
+            raise ValueError(
+                'the attention residual needs the same key grid in every '
+                'stage: each sr_ratio must halve the previous one, e.g. '
+                f'(8, 4, 2, 1); got {tuple(sr_ratios)}')
+        if la_transform not in ('conv', 'dense'):
+            raise ValueError("la_transform must be 'conv' or 'dense', got "
+                             f'{la_transform!r}')
+
+        self.embed_dims = embed_dims
+        self.sr_ratios = tuple(sr_ratios)
+        self.dp_loss_weight = dp_loss_weight
+        self.out_indices = self.normalize_out_indices(out_indices,
+                                                      num_stages)
+        self.min_input_size = math.prod(self.strides)
+
+        img_size = to_2tuple_int(pretrain_img_size)
+        grid = img_size
+        rates = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.stages = ModuleList()
+        for i, depth in enumerate(depths):
+            stage = ModuleDict()
+            stage['patch_embed'] = PatchEmbed(
+                in_channels=in_channels if i == 0 else embed_dims[i - 1],
+                embed_dims=embed_dims[i],
+                kernel_size=self.strides[i],
+                stride=self.strides[i],
+                padding='corner',
+                norm_cfg=dict(type='LN'))
+            grid = reduced_grid(grid, self.strides[i])
+            stage['pos_embed'] = ResizablePosEmbed(embed_dims[i], grid)
+            if attn_residual and i > 0:
+                stage['attn_residual'] = AttentionResidual(
+                    num_heads[i - 1], num_heads[i], ar_layer_scale_init)
+
+            start = arch['la_start'][i] if less_attention else 0
+            is_la = [bool(start) and j + 1 >= start for j in range(depth)]
+            blocks = ModuleList()
+            for j in range(depth):
+                feeds_next = (j + 1 < depth and is_la[j + 1]) or (
+                    attn_residual and j + 1 == depth and i + 1 < num_stages)
+                if is_la[j]:
+                    if la_transform == 'conv':
+                        transform = ConvAttentionTransform(
+                            num_heads[i], la_kernel_size)
+                    else:
+                        transform = DenseAttentionTransform(
+                            grid, reduced_grid(grid, sr_ratios[i]), img_size)
+                    attn = LessAttention(embed_dims[i], num_heads[i],
+                                         sr_ratios[i], transform, qkv_bias)
+                else:
+                    attn = VanillaAttention(
+                        embed_dims[i], num_heads[i], sr_ratios[i], qkv_bias,
+                        keep_logits=feeds_next)
+                blocks.append(
+                    LaViTBlock(
+                        embed_dims[i],
+                        attn,
+                        arch['mlp_ratios'][i],
+                        drop_path=rates[sum(depths[:i]) + j],
+                        norm_cfg=norm_cfg,
+                        with_cp=with_cp))
+            stage['blocks'] = blocks
+            if i in self.out_indices:
+                stage['norm'] = build_norm_layer(norm_cfg, embed_dims[i])[1]
+            self.stages.append(stage)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """PVT's initialisation: truncated-normal Linear weights, zero
+        biases, unit LayerNorms (convs keep their own init)."""
+        if isinstance(module, nn.Linear):
+            trunc_normal_(module.weight, std=.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        self.check_input_size(x)
+        self.clear_aux_losses()
+        outs = []
+        la_maps: List[Tuple[torch.Tensor, Grid, Grid]] = []
+        logits, prev_hw = None, None
+        for i, stage in enumerate(self.stages):
+            x, hw_shape = stage['patch_embed'](x)
+            x = x + stage['pos_embed'](hw_shape)
+            residual = None
+            if 'attn_residual' in stage:
+                residual = stage['attn_residual'](logits, prev_hw, hw_shape)
+            for j, block in enumerate(stage['blocks']):
+                if block.reuses_attention:
+                    x, logits = block(x, hw_shape, logits)
+                    la_maps.append((logits, hw_shape,
+                                    reduced_grid(hw_shape,
+                                                 self.sr_ratios[i])))
+                else:
+                    x, logits = block(x, hw_shape,
+                                      residual if j == 0 else None)
+            if i in self.out_indices:
+                outs.append(nlc_to_nchw(stage['norm'](x), hw_shape))
+            x = nlc_to_nchw(x, hw_shape)
+            prev_hw = hw_shape
+
+        if (la_maps and self.dp_loss_weight > 0 and self.training
+                and torch.is_grad_enabled()):
+            loss = sum(diagonality_preserving_loss(*m) for m in la_maps)
+            self.add_aux_loss('loss_dp',
+                              self.dp_loss_weight * loss / len(la_maps))
+        return tuple(outs)
+
+    def _freeze_stages(self) -> None:
+        for i in range(min(self.frozen_stages + 1, len(self.stages))):
+            freeze_module(self.stages[i])
