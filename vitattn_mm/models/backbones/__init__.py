@@ -1,3 +1,4 @@
 from .flatten import FLattenPVT, FLattenPVTv2, FLattenSwinTransformer  # noqa: F401
 from .l2vit import L2ViT  # noqa: F401
 from .lavit import LaViT  # noqa: F401
+from .msf import MSFSwinTransformer, MSFViT  # noqa: F401
