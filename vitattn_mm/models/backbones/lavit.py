@@ -405,7 +405,8 @@ class LaViTBlock(BaseModule):
         self.with_cp = with_cp
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = attn
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path = (DropPath(drop_path)
+                          if drop_path > 0 else nn.Identity())
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = FFN(
             embed_dims,

@@ -1,0 +1,8 @@
+# RetinaNet LaViT-S 3x with multi-scale training, COCO (paper Table 3).
+_base_ = ['./retinanet_lavit-t_fpn_ms-640-800-3x_coco.py']
+
+model = dict(
+    backbone=dict(
+        arch='small',
+        # ImageNet-1k weights from configs/lavit/lavit-s_4xb256_in1k.py.
+        init_cfg=dict(checkpoint='pretrain/lavit_s_in1k.pth')))

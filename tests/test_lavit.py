@@ -1,0 +1,530 @@
+"""LaViT: Less-Attention layers, attention residual, diagonality-preserving
+loss and its delivery to the trainer (numerics against naive references,
+shapes at any size, checkpoints, errors, bf16)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitattn_mm.models.aux_loss import (AuxLossImageClassifier,
+                                        AuxLossRetinaNet, pop_aux_losses)
+from vitattn_mm.models.backbones.lavit import (AttentionResidual,
+                                               ConvAttentionTransform,
+                                               DenseAttentionTransform, LaViT,
+                                               LessAttention,
+                                               VanillaAttention,
+                                               diagonality_preserving_loss,
+                                               reduced_grid)
+
+# Small widths; stage 3 has a VA layer then two chained LA layers, stage 4
+# a VA then an LA layer.
+TINY = dict(
+    embed_dims=[16, 32, 64, 128],
+    depths=[1, 1, 3, 2],
+    num_heads=[1, 2, 2, 4],
+    mlp_ratios=[2, 2, 2, 2],
+    la_start=[0, 0, 2, 2])
+
+
+def _la_layers(model):
+    return [
+        sum(block.reuses_attention for block in stage['blocks'])
+        for stage in model.stages
+    ]
+
+
+def _capture_logits(model, stage):
+    """Forward hooks recording each block's returned logits in a stage."""
+    captured = {}
+    for j, block in enumerate(model.stages[stage]['blocks']):
+        block.register_forward_hook(
+            lambda m, i, out, j=j: captured.__setitem__(j, out[1]))
+    return captured
+
+
+# ------------------------------------------------------------- arch zoo
+@pytest.mark.parametrize('arch, layers', [('tiny', [0, 0, 1, 1]),
+                                          ('small', [0, 0, 4, 2]),
+                                          ('base', [0, 2, 15, 1])])
+def test_arch_zoo_places_la_layers_from_n_la(arch, layers):
+    model = LaViT(arch, out_indices=(3, ))
+    assert _la_layers(model) == layers
+    # Every LA layer continues a stage: its predecessor keeps its logits.
+    for stage in model.stages:
+        blocks = stage['blocks']
+        for prev, block in zip(blocks[:-1], blocks[1:]):
+            if block.reuses_attention and not prev.reuses_attention:
+                assert prev.attn.keep_logits
+
+
+@pytest.mark.parametrize('arch, paper', [('small', 22.4), ('base', 39.6)])
+def test_classifier_params_match_paper(arch, paper):
+    """Reading N_LA as the first LA layer reproduces Table 2's S and B
+    (LaViT-T does not match under any reading; see docs/lavit.md)."""
+    backbone = LaViT(arch, out_indices=(3, ))
+    params = sum(p.numel() for p in backbone.parameters())
+    params += 512 * 1000 + 1000  # the linear classifier
+    assert abs(params / 1e6 - paper) / paper < 0.015
+
+
+def test_configuration_errors_are_clear():
+    with pytest.raises(KeyError, match='tiny'):
+        LaViT('huge')
+    with pytest.raises(ValueError, match='la_start'):
+        LaViT(dict(TINY, la_start=[0, 0, 1, 0]))
+    with pytest.raises(ValueError, match='halve'):
+        LaViT(TINY, sr_ratios=(1, 1, 1, 1))
+    LaViT(TINY, sr_ratios=(1, 1, 1, 1), attn_residual=False)
+    with pytest.raises(ValueError, match='la_transform'):
+        LaViT(TINY, la_transform='sparse')
+    with pytest.raises(ValueError, match='odd'):
+        LaViT(TINY, la_kernel_size=4)
+
+
+# ---------------------------------------------------- attention numerics
+def _naive_reduce(attn, x, hw):
+    """PVT's spatial reduction from the weights: pad the map at the bottom
+    / right to a multiple of sr, strided conv, LayerNorm."""
+    B, N, C = x.shape
+    if attn.sr_ratio == 1:
+        return x
+    sr = attn.sr_ratio
+    grid = x.transpose(1, 2).reshape(B, C, *hw)
+    grid = F.pad(grid, (0, -hw[1] % sr, 0, -hw[0] % sr))
+    conv = attn.sr.projection
+    grid = F.conv2d(grid, conv.weight, conv.bias, stride=sr)
+    norm = attn.sr.norm
+    return F.layer_norm(grid.flatten(2).transpose(1, 2), (C, ), norm.weight,
+                        norm.bias, norm.eps)
+
+
+@pytest.mark.parametrize('keep_logits', [True, False])
+def test_vanilla_attention_matches_naive_softmax_attention(keep_logits):
+    torch.manual_seed(0)
+    attn = VanillaAttention(32, 4, sr_ratio=2, keep_logits=keep_logits)
+    hw = (7, 9)  # odd: keys on a 4 x 5 grid
+    x = torch.randn(2, 63, 32)
+    bias = torch.randn(2, 4, 63, 20)
+    out, logits = attn(x, hw, bias)
+
+    heads = lambda t: t.reshape(2, -1, 4, 8).transpose(1, 2)  # noqa: E731
+    q = heads(attn.q(x))
+    k, v = map(heads, attn.kv(_naive_reduce(attn, x, hw)).chunk(2, dim=-1))
+    ref_logits = q @ k.transpose(-2, -1) / math.sqrt(8) + bias
+    ref = (ref_logits.softmax(-1) @ v).transpose(1, 2).reshape(2, 63, 32)
+    torch.testing.assert_close(out, attn.proj(ref), rtol=1e-5, atol=1e-5)
+    if keep_logits:
+        torch.testing.assert_close(logits, ref_logits)
+    else:
+        assert logits is None
+
+
+def test_less_attention_uses_transformed_logits_and_own_values():
+    torch.manual_seed(0)
+    transform = ConvAttentionTransform(4)
+    attn = LessAttention(32, 4, sr_ratio=2, transform=transform)
+    assert not hasattr(attn, 'q') and not hasattr(attn, 'kv')
+    hw = (7, 9)
+    x = torch.randn(2, 63, 32)
+    prev = torch.randn(2, 4, 63, 20)
+    out, logits = attn(x, hw, prev)
+    assert torch.equal(logits, prev)  # identity-initialised
+    v = attn.v(_naive_reduce(attn, x, hw)).reshape(2, 20, 4,
+                                                   8).transpose(1, 2)
+    ref = (prev.softmax(-1) @ v).transpose(1, 2).reshape(2, 63, 32)
+    torch.testing.assert_close(out, attn.proj(ref), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('num_heads', [1, 3])
+def test_identity_initialised_transform_is_exact(num_heads):
+    logits = torch.randn(2, num_heads, 7 * 9, 4 * 5) * 10
+    conv = ConvAttentionTransform(num_heads)
+    assert torch.equal(conv(logits, (7, 9), (4, 5)), logits)
+    dense = DenseAttentionTransform((7, 9), (4, 5), (28, 36))
+    assert torch.equal(dense(logits, (7, 9), (4, 5)), logits)
+
+
+def test_untrained_la_layer_reproduces_previous_attention():
+    """In a fresh backbone every LA layer attends exactly as the layer
+    before it (chained LA layers included)."""
+    torch.manual_seed(0)
+    model = LaViT(TINY).eval()
+    captured = _capture_logits(model, stage=2)
+    with torch.no_grad():
+        model(torch.randn(1, 3, 75, 101))
+    assert torch.equal(captured[1], captured[0])
+    assert torch.equal(captured[2], captured[0])
+    assert torch.equal(captured[1].softmax(-1), captured[0].softmax(-1))
+
+
+def _banded(kernel, hw):
+    """The N x N matrix of a zero-padded k x k conv on an (H, W) grid, by
+    enumeration: row p = output position, column q = input position."""
+    H, W = hw
+    k = kernel.shape[-1]
+    c = k // 2
+    matrix = torch.zeros(H * W, H * W)
+    for y in range(H):
+        for x in range(W):
+            for dy in range(k):
+                for dx in range(k):
+                    yy, xx = y + dy - c, x + dx - c
+                    if 0 <= yy < H and 0 <= xx < W:
+                        matrix[y * W + x, yy * W + xx] = kernel[dy, dx]
+    return matrix
+
+
+def test_conv_transform_is_the_papers_form_with_banded_maps():
+    """``HeadMix(QueryConv(KeyConv(A)))`` equals, per head,
+    ``Psi (A Theta^T)`` with banded Theta / Psi (the paper's Eq. 5), mixed
+    across heads; with one head it is exactly the dense transform."""
+    torch.manual_seed(0)
+    heads, q_hw, k_hw = 3, (5, 7), (3, 4)
+    conv = ConvAttentionTransform(heads)
+    for p in conv.parameters():
+        torch.nn.init.normal_(p)
+    logits = torch.randn(2, heads, 35, 12)
+    out = conv(logits, q_hw, k_hw)
+
+    per_head = []
+    for h in range(heads):
+        theta = _banded(conv.key_conv.weight[h, 0].detach(), k_hw)
+        psi = _banded(conv.query_conv.weight[h, 0].detach(), q_hw)
+        per_head.append(psi @ logits[:, h] @ theta.T)
+    per_head = torch.stack(per_head, dim=1)
+    mix = conv.head_mix.weight[:, :, 0, 0].detach()
+    ref = torch.einsum('gh,bhqk->bgqk', mix, per_head)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+    single = ConvAttentionTransform(1)
+    for p in single.parameters():
+        torch.nn.init.normal_(p)
+    dense = DenseAttentionTransform(q_hw, k_hw, (20, 28))
+    with torch.no_grad():
+        scale = single.head_mix.weight[0, 0, 0, 0]
+        dense.key_weight.copy_(_banded(single.key_conv.weight[0, 0], k_hw))
+        dense.query_weight.copy_(
+            scale * _banded(single.query_conv.weight[0, 0], q_hw))
+    one = logits[:, :1]
+    torch.testing.assert_close(
+        single(one, q_hw, k_hw), dense(one, q_hw, k_hw), rtol=1e-4,
+        atol=1e-4)
+
+
+def test_dense_transform_serves_only_its_input_size():
+    model = LaViT(TINY, la_transform='dense', pretrain_img_size=64).eval()
+    transform = model.stages[2]['blocks'][1].attn.transform
+    assert transform.query_weight.shape == (16, 16)  # 4x4 queries
+    assert transform.key_weight.shape == (4, 4)  # 2x2 keys
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 64, 64))[2].shape[-2:] == (4, 4)
+        with pytest.raises(ValueError, match=r"64x64 inputs.*'conv'"):
+            model(torch.randn(1, 3, 96, 64))
+
+
+def test_attention_residual_matches_naive_downsampling():
+    """Per key: 2x2 stride-2 depthwise conv over the (odd, corner-padded)
+    query grid, GroupNorm, head projection, LayerScale; N_q != N_k."""
+    torch.manual_seed(0)
+    ar = AttentionResidual(2, 5, layer_scale_init=0.3)
+    torch.nn.init.normal_(ar.downsample.weight)
+    src, dst, Nk = (7, 9), (4, 5), 12
+    logits = torch.randn(2, 2, 63, Nk)
+    out = ar(logits, src, dst)
+    assert out.shape == (2, 5, 20, Nk)
+
+    grid = logits.reshape(2, 2, 7, 9, Nk)
+    grid = F.pad(grid, (0, 0, 0, 1, 0, 1))  # to 8 x 10
+    w = ar.downsample.weight.detach()[:, 0]  # (heads, 2, 2)
+    down = sum(grid[:, :, dy::2, dx::2] * w[None, :, dy, dx, None, None, None]
+               for dy in range(2) for dx in range(2))  # (B, h, 4, 5, Nk)
+    mean = down.mean(dim=(1, 2, 3), keepdim=True)
+    var = down.var(dim=(1, 2, 3), unbiased=False, keepdim=True)
+    normed = (down - mean) / torch.sqrt(var + ar.norm.eps)
+    mixed = torch.einsum('gh,bhyxk->bgyxk',
+                         ar.head_proj.weight.detach()[:, :, 0, 0], normed)
+    ref = 0.3 * mixed.reshape(2, 5, 20, Nk)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+# -------------------------------------------------------------- DP loss
+def _local_logits(q_hw, k_hw, shift=(0., 0.), width=1.):
+    """Gaussian attention of each query to the key cells around it (plus
+    ``shift`` key cells), queries and keys covering the same image."""
+
+    def centres(hw, cell):
+        ys, xs = torch.meshgrid(torch.arange(hw[0]), torch.arange(hw[1]),
+                                indexing='ij')
+        return (torch.stack([ys, xs], -1).flatten(0, 1).float() + 0.5) * cell
+
+    ratio = k_hw[0] / q_hw[0]
+    q = centres(q_hw, ratio) + torch.tensor(shift)
+    k = centres(k_hw, 1.)
+    return (-((q[:, None] - k[None])**2).sum(-1) / (2 * width**2))[None,
+                                                                    None]
+
+
+def test_dp_loss_is_zero_for_symmetric_diagonal_maps():
+    n = 16
+    probs = 0.7 * torch.eye(n) + 0.3 / n
+    logits = probs.log()[None, None].repeat(2, 3, 1, 1)
+    assert diagonality_preserving_loss(logits, (4, 4), (4, 4)) < 1e-6
+    # N_q = 4 N_k: queries attend to the key cell they lie in.
+    ys, xs = torch.meshgrid(torch.arange(8), torch.arange(8), indexing='ij')
+    cell = (ys // 2 * 4 + xs // 2).flatten()
+    fine = 0.7 * F.one_hot(cell, n) + 0.3 / n
+    assert diagonality_preserving_loss(fine.log()[None, None], (8, 8),
+                                       (4, 4)) < 1e-6
+
+
+def test_dp_loss_penalises_asymmetric_or_off_diagonal_maps():
+    n = 16
+    symmetric = 0.7 * torch.eye(n) + 0.3 / n
+    shifted = symmetric.roll(1, dims=1)  # every query attends to the next
+    assert diagonality_preserving_loss(shifted.log()[None, None], (4, 4),
+                                       (4, 4)) > 0.5
+    swapped = symmetric.clone()
+    swapped[0] = swapped[0].roll(3)  # one row loses its diagonal
+    loss = diagonality_preserving_loss(swapped.log()[None, None], (4, 4),
+                                       (4, 4))
+    assert 0.02 < loss < 0.5
+    random = diagonality_preserving_loss(torch.randn(2, 3, 64, 16) * 3,
+                                         (8, 8), (4, 4))
+    assert random > 0.5
+
+
+def test_dp_loss_does_not_grow_with_input_size():
+    """The same attention pattern on ever finer grids (sums would grow
+    with N^2): the loss stays put, and is bounded by 2."""
+    local, moved = [], []
+    for n in (8, 16, 32):
+        hw = (n, n)
+        local.append(diagonality_preserving_loss(
+            _local_logits(hw, hw, width=n / 8), hw, hw))
+        moved.append(diagonality_preserving_loss(
+            _local_logits((2 * n, 2 * n), hw, (0., n / 8), width=n / 8),
+            (2 * n, 2 * n), hw))
+    for losses in (local, moved):
+        assert max(losses) < 1.4 * min(losses)
+    assert max(local) < 0.1 < 0.5 < min(moved)
+    assert diagonality_preserving_loss(
+        torch.randn(1, 2, 1024, 1024) * 10, (32, 32), (32, 32)) <= 2
+
+
+def test_dp_loss_is_fp32_and_differentiable_under_bf16():
+    logits = torch.randn(1, 2, 64, 16, requires_grad=True)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        loss = diagonality_preserving_loss(logits.bfloat16(), (8, 8), (4, 4))
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert logits.grad.abs().sum() > 0
+
+
+# ------------------------------------------------- aux loss in training
+def test_backbone_keeps_dp_loss_only_while_training():
+    torch.manual_seed(0)
+    model = LaViT(TINY, dp_loss_weight=0.5)
+    x = torch.randn(2, 3, 64, 96)
+    model.train()
+    model(x)
+    losses = model.pop_aux_losses()
+    assert set(losses) == {'loss_dp'}
+    assert losses['loss_dp'].requires_grad and losses['loss_dp'] > 0
+    assert model.pop_aux_losses() == {}  # popping clears
+
+    with torch.no_grad():
+        model(x)
+    assert model.pop_aux_losses() == {}
+    model(x)
+    model.eval()
+    model(x)  # an eval pass drops the stale training loss
+    assert model.pop_aux_losses() == {}
+
+    for kwargs in (dict(dp_loss_weight=0.), dict(less_attention=False)):
+        other = LaViT(TINY, **kwargs).train()
+        other(x)
+        assert other.pop_aux_losses() == {}
+
+
+def test_dp_loss_weight_scales_the_mean_over_la_layers():
+    torch.manual_seed(0)
+    model = LaViT(TINY, dp_loss_weight=1.).train()
+    maps = {}
+    for stage in (2, 3):
+        maps[stage] = _capture_logits(model, stage)
+    x = torch.randn(1, 3, 64, 96)
+    model(x)
+    # Stage 3 (index 2): 16x24 -> queries 4x6, keys 2x3; stage 4: 2x3.
+    expected = (diagonality_preserving_loss(maps[2][1], (4, 6), (2, 3)) +
+                diagonality_preserving_loss(maps[2][2], (4, 6), (2, 3)) +
+                diagonality_preserving_loss(maps[3][1], (2, 3), (2, 3))) / 3
+    torch.testing.assert_close(model.pop_aux_losses()['loss_dp'], expected)
+
+
+def test_with_cp_gives_the_same_outputs_dp_loss_and_gradients():
+    torch.manual_seed(0)
+    plain = LaViT(TINY, drop_path_rate=0.).train()
+    ckpt = LaViT(TINY, drop_path_rate=0., with_cp=True).train()
+    ckpt.load_state_dict(plain.state_dict())
+    x = torch.randn(1, 3, 64, 96, requires_grad=True)
+    results = []
+    for model in (plain, ckpt):
+        outs = model(x)
+        dp = model.pop_aux_losses()['loss_dp']
+        (sum(o.mean() for o in outs) + dp).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results.append((outs, dp, grads))
+    (outs0, dp0, g0), (outs1, dp1, g1) = results
+    for a, b in zip(outs0, outs1):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(dp0, dp1)
+    for name in g0:
+        torch.testing.assert_close(g0[name], g1[name], rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture(scope='module')
+def retinanet():
+    from mmengine.config import Config
+    from mmengine.registry import MODELS, init_default_scope
+    cfg = Config.fromfile('configs/lavit/retinanet_lavit-t_fpn_1x_coco.py')
+    cfg.model.backbone.update(arch=TINY, init_cfg=None)
+    cfg.model.neck.in_channels = [32, 64, 128]
+    init_default_scope('mmdet')
+    return MODELS.build(cfg.model)
+
+
+def _det_batch(model, training=True):
+    from mmdet.testing import demo_mm_inputs
+    packed = demo_mm_inputs(2, [[3, 96, 128]] * 2, num_items=[2, 3],
+                            num_classes=80)
+    return model.data_preprocessor(packed, training)
+
+
+def test_detector_loss_dict_has_loss_dp_and_gradients_reach_la_and_ar(
+        retinanet):
+    assert isinstance(retinanet, AuxLossRetinaNet)
+    torch.manual_seed(0)
+    retinanet.train()
+    retinanet.zero_grad()
+    losses = retinanet(**_det_batch(retinanet), mode='loss')
+    assert {'loss_cls', 'loss_bbox', 'loss_dp'} <= set(losses)
+    total, log_vars = retinanet.parse_losses(losses)
+    assert 'loss_dp' in log_vars  # what the Runner logs
+    total.backward()
+    backbone = retinanet.backbone
+    la = backbone.stages[2]['blocks'][1].attn.transform
+    ar = backbone.stages[2]['attn_residual']
+    for param in (la.key_conv.weight, la.query_conv.weight,
+                  la.head_mix.weight, ar.downsample.weight,
+                  ar.head_proj.weight, ar.layer_scale.weight):
+        assert param.grad is not None and param.grad.abs().sum() > 0
+    assert backbone.pop_aux_losses() == {}
+
+
+def test_dp_loss_alone_trains_the_la_transform(retinanet):
+    retinanet.train()
+    retinanet.zero_grad()
+    retinanet(**_det_batch(retinanet), mode='loss')['loss_dp'].backward()
+    la = retinanet.backbone.stages[3]['blocks'][1].attn.transform
+    assert la.key_conv.weight.grad.abs().sum() > 0
+
+
+def test_tensor_and_predict_modes_keep_nothing(retinanet):
+    data = _det_batch(retinanet, training=False)
+    retinanet.train()  # even in training mode
+    retinanet(data['inputs'], mode='tensor')
+    assert retinanet.backbone._aux_losses is None
+    retinanet.eval()
+    with torch.no_grad():
+        retinanet(**data, mode='predict')
+    assert retinanet.backbone._aux_losses is None
+
+
+def test_aux_loss_models_accept_any_backbone():
+    from mmengine.registry import MODELS, init_default_scope
+    from mmpretrain.structures import DataSample
+    init_default_scope('mmpretrain')
+    samples = [DataSample().set_gt_label(1), DataSample().set_gt_label(2)]
+    inputs = torch.randn(2, 3, 32, 32)
+    for backbone, keys in ((dict(type='LaViT', arch=TINY, out_indices=(3, )),
+                            {'loss', 'loss_dp'}),
+                           (dict(type='ResNet', depth=18), {'loss'})):
+        channels = 128 if backbone['type'] == 'LaViT' else 512
+        model = MODELS.build(
+            dict(
+                type='AuxLossImageClassifier',
+                backbone=backbone,
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(
+                    type='LinearClsHead', num_classes=3,
+                    in_channels=channels)))
+        assert isinstance(model, AuxLossImageClassifier)
+        assert set(model.loss(inputs, samples)) == keys
+    assert pop_aux_losses(torch.nn.Linear(1, 1)) == {}
+
+
+# ------------------------------------------------------ shapes and sizes
+@pytest.mark.parametrize('hw', [(32, 32), (33, 47), (97, 131), (224, 160)])
+def test_any_input_size(hw):
+    torch.manual_seed(0)
+    model = LaViT(TINY).train()
+    outs = model(torch.randn(1, 3, *hw))
+    grid = hw
+    for i, out in enumerate(outs):
+        grid = reduced_grid(grid, 4 if i == 0 else 2)
+        assert out.shape == (1, TINY['embed_dims'][i], *grid)
+    assert torch.isfinite(model.pop_aux_losses()['loss_dp'])
+
+
+def test_below_minimum_input_is_a_clear_error():
+    with pytest.raises(ValueError, match='at least 32x32'):
+        LaViT(TINY)(torch.randn(1, 3, 31, 64))
+
+
+def test_out_indices_frozen_stages_and_train_returns_self():
+    model = LaViT(TINY, out_indices=(1, 3), frozen_stages=1)
+    assert [('norm' in s) for s in model.stages] == [False, True, False, True]
+    assert model.train() is model
+    for i, stage in enumerate(model.stages):
+        frozen = i <= 1
+        assert all(p.requires_grad != frozen for p in stage.parameters())
+        assert stage.training != frozen
+    with torch.no_grad():
+        assert len(model(torch.randn(1, 3, 64, 64))) == 2
+
+
+def test_classifier_checkpoint_loads_into_detection_backbone(tmp_path):
+    """An mmpretrain LaViT checkpoint (``backbone.`` keys, a head) fills
+    every backbone key of a detection backbone."""
+    torch.manual_seed(0)
+    source = LaViT(TINY)
+    state = {f'backbone.{k}': v for k, v in source.state_dict().items()}
+    state['head.fc.weight'] = torch.zeros(3, 128)
+    path = str(tmp_path / 'lavit_cls.pth')
+    torch.save({'state_dict': state}, path)
+    target = LaViT(TINY, init_cfg=dict(type='Pretrained', checkpoint=path))
+    target.init_weights()
+    report = target.load_report
+    assert not report.missing and not report.mismatched
+    assert not report.unexpected  # the head is not the backbone's
+    assert len(report.loaded) == len(source.state_dict())
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        for a, b in zip(source.eval()(x), target.eval()(x)):
+            torch.testing.assert_close(a, b)
+
+
+@pytest.mark.slow
+def test_bf16_autocast_full_resolution_is_finite():
+    torch.manual_seed(0)
+    model = LaViT('small').eval()
+    la_logits = _capture_logits(model, stage=2)
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        outs = model(torch.randn(1, 3, 800, 1280))
+        loss = diagonality_preserving_loss(la_logits[5], (50, 80), (25, 40))
+    assert [o.shape[-2:] for o in outs] == [(200, 320), (100, 160),
+                                            (50, 80), (25, 40)]
+    assert all(torch.isfinite(o).all() for o in outs)
+    assert la_logits[5].dtype == torch.bfloat16  # attention ran in bf16
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
