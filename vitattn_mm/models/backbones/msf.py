@@ -328,6 +328,12 @@ class MSFViTBlock(BaseModule):
         return self.ffn(self.norm2(x), identity=x)
 
 
+def _linear_rates(last: float, num: int) -> list:
+    """Stochastic depth growing linearly from 0 to ``last`` over ``num``
+    blocks."""
+    return [last * i / max(num - 1, 1) for i in range(num)]
+
+
 def _run_block(block: nn.Module, with_cp: bool, x: torch.Tensor, *args):
     """``block(x, *args)``, gradient-checkpointed when asked and useful."""
     if with_cp and x.requires_grad:
@@ -429,7 +435,7 @@ class MSFSwinTransformer(VitAttnBackbone):
             group_mode=group_mode,
             qkv_bias=qkv_bias,
             fused=fused)
-        drop_paths = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        drop_paths = _linear_rates(drop_path_rate, sum(depths))
         self.downsamples = ModuleList()
         self.stages = ModuleList()
         for i, depth in enumerate(depths):
@@ -595,7 +601,7 @@ class MSFViT(VitAttnBackbone):
                 math.ceil(s / patch_size)
                 for s in to_2tuple_int(pretrain_img_size))
             self.pos_embed = ResizablePosEmbed(embed_dims, grid)
-        drop_paths = torch.linspace(0, drop_path_rate, depth).tolist()
+        drop_paths = _linear_rates(drop_path_rate, depth)
         self.blocks = ModuleList([
             MSFViTBlock(
                 embed_dims,

@@ -1,0 +1,76 @@
+"""Convert an official MSF (SimpleViT) checkpoint to vitattn_mm's key names.
+
+The official code (tk1980/MSFtransformer, torchvision's classification
+reference) saves ``{'model': state_dict, ...}`` of a ``SimpleViTflexAtt``
+(``SimpleViTS_msf``, ``SimpleViTS_msf-g2``, ``SimpleViTS_orig`` ...). This
+writes ``{'state_dict': ...}`` with the backbone under ``backbone.`` and the
+ImageNet head under ``head.fc.``, which
+
+* the classification configs load with ``load_from`` (e.g. to evaluate the
+  official weights with ``tools/test.py`` and
+  ``configs/msf/msf-vit-s_4xb256-300e_in1k.py``), and
+* every MSFViT backbone (e.g. SETR's) loads with
+  ``init_cfg=dict(type='Pretrained', checkpoint=DST)``.
+
+The official file itself loads through ``init_cfg`` too (MSFViT converts on
+the fly); converting once saves doing it at every start. Grouped (``-g2``)
+and softmax (``orig``) checkpoints convert alike: pick the config with the
+matching ``groups`` / ``mean_shift``.
+
+Example::
+
+    python tools/model_converters/msf2vitattn.py \
+        SimpleViTS_msf/checkpoint.pth pretrain/msf-vit-s_in1k.pth
+"""
+import argparse
+import os
+import os.path as osp
+from collections import OrderedDict
+
+import torch
+from mmengine.runner.checkpoint import CheckpointLoader
+
+import vitattn_mm  # noqa: F401  (weights-only checkpoint loading)
+from vitattn_mm.models.backbones.msf import MSFViT
+from vitattn_mm.models.layers import unwrap_state_dict
+
+
+def convert(state_dict):
+    """Official SimpleViT state dict -> ``backbone.*`` and ``head.fc.*``."""
+    if not any(k.startswith('transformer.layers.') for k in state_dict):
+        raise ValueError(
+            'not an official MSF SimpleViT checkpoint: no '
+            f'transformer.layers.* keys (first keys: {list(state_dict)[:5]})')
+    converted = OrderedDict()
+    for key, value in MSFViT.convert_checkpoint(state_dict).items():
+        converted[key if key.startswith('head.') else f'backbone.{key}'] = \
+            value
+    return converted
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(
+        description='Convert an official MSF checkpoint to vitattn_mm key '
+        'names')
+    parser.add_argument('src', help='official checkpoint (path or URL)')
+    parser.add_argument('dst', help='where to save the converted file')
+    parser.add_argument(
+        '--key',
+        help="container of the weights in SRC, e.g. 'model_ema'; default: "
+        "the first of 'state_dict', 'model', 'module'")
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    checkpoint = CheckpointLoader.load_checkpoint(args.src,
+                                                  map_location='cpu')
+    converted = convert(unwrap_state_dict(checkpoint, args.key))
+    if osp.dirname(args.dst):
+        os.makedirs(osp.dirname(args.dst), exist_ok=True)
+    torch.save({'state_dict': converted}, args.dst)
+    print(f'Saved {len(converted)} tensors to {args.dst}')
+
+
+if __name__ == '__main__':
+    main()
