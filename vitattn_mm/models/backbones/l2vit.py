@@ -503,7 +503,8 @@ class L2ViT(VitAttnBackbone):
             for i in range(1, num_stages)
         ])
 
-        rates = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        rates = torch.linspace(
+            0, drop_path_rate, sum(depths), device='cpu').tolist()
         self.stages = ModuleList()
         for i, depth in enumerate(depths):
             blocks = ModuleList()
