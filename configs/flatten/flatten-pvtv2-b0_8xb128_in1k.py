@@ -1,0 +1,12 @@
+# ImageNet-1k, the official FLatten-PVTv2 recipe (as FLatten-PVT's).
+_base_ = ['./flatten-pvt-t_8xb128_in1k.py']
+custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='FLattenPVTv2',
+        arch='b0',
+        drop_path_rate=0.1,
+        out_indices=(3, )),
+    head=dict(in_channels=256))
