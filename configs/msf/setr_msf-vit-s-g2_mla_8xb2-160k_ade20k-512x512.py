@@ -1,0 +1,9 @@
+# SETR-MLA with MSF-ViT-S, 2-group interleaved projection (paper Table 7).
+_base_ = ['./setr_msf-vit-s_mla_8xb2-160k_ade20k-512x512.py']
+
+model = dict(
+    backbone=dict(
+        groups=2,
+        # SimpleViTS_msf-g2 (official code) or
+        # msf-vit-s-g2_4xb256-300e_in1k.py.
+        init_cfg=dict(checkpoint='pretrain/msf-vit-s-g2_in1k.pth')))

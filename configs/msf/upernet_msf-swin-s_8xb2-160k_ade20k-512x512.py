@@ -1,0 +1,16 @@
+# mmseg's UperNet Swin-S 160k recipe with MSF attention in every window.
+_base_ = [
+    'mmseg::swin/swin-small-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'  # noqa: E501
+]
+custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='MSFSwinTransformer',
+        arch='small',
+        drop_path_rate=0.3,
+        out_indices=(0, 1, 2, 3),
+        # ImageNet-1k weights of msf-swin-s_4xb256-300e_in1k.py.
+        init_cfg=dict(type='Pretrained',
+                      checkpoint='pretrain/msf-swin-s_in1k.pth')))
