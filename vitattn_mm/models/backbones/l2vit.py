@@ -27,6 +27,7 @@ import torch.utils.checkpoint as cp
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmcv.cnn.bricks.transformer import FFN, AdaptivePadding
+from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.utils import ConditionalPositionEncoding
@@ -37,17 +38,6 @@ from ..layers import (VitAttnBackbone, crop_tokens, freeze_module,
                       window_reverse)
 
 StateDict = Dict[str, torch.Tensor]
-
-
-def nlc_to_nchw(x: torch.Tensor, hw_shape: Tuple[int, int]) -> torch.Tensor:
-    """``(B, H*W, C)`` tokens -> ``(B, C, H, W)`` map."""
-    B, _, C = x.shape
-    return x.transpose(1, 2).reshape(B, C, *hw_shape)
-
-
-def nchw_to_nlc(x: torch.Tensor) -> torch.Tensor:
-    """``(B, C, H, W)`` map -> ``(B, H*W, C)`` tokens."""
-    return x.flatten(2).transpose(1, 2)
 
 
 class ConvStem(BaseModule):
@@ -299,7 +289,7 @@ class L2ViTBlock(BaseModule):
             for _ in range(num_cpe)
         ])
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path = DropPath(drop_path) if drop_path else nn.Identity()
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = FFN(
             embed_dims,
@@ -552,7 +542,7 @@ class L2ViT(VitAttnBackbone):
                 x = block(x, hw_shape)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
-                outs.append(nlc_to_nchw(out, hw_shape).contiguous())
+                outs.append(nlc_to_nchw(out, hw_shape))
         return tuple(outs)
 
     def _freeze_stages(self) -> None:
