@@ -560,7 +560,9 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
 
         img_size = to_2tuple_int(pretrain_img_size)
         grid = img_size
-        rates = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        num_blocks = sum(depths)
+        rates = [drop_path_rate * j / max(num_blocks - 1, 1)
+                 for j in range(num_blocks)]  # linear stochastic depth
         self.stages = ModuleList()
         for i, depth in enumerate(depths):
             stage = ModuleDict()
