@@ -100,12 +100,24 @@ class ConvAttentionTransform(BaseModule):
 
     def forward(self, logits: torch.Tensor, query_hw: Grid,
                 key_hw: Grid) -> torch.Tensor:
+        # Every row (then column) of scores becomes one channel of a single
+        # depthwise conv with the row's head kernel: on CPUs this is several
+        # times faster than a batch of N tiny h-channel images. The key
+        # conv runs channels-last, which leaves its output key-major, the
+        # layout the query conv and the per-key head mixing read directly.
         B, h, Nq, Nk = logits.shape
-        x = logits.transpose(1, 2).reshape(B * Nq, h, *key_hw)
-        x = self.key_conv(x)
-        x = x.reshape(B, Nq, h, Nk).permute(0, 3, 2, 1)
-        x = self.head_mix(self.query_conv(x.reshape(B * Nk, h, *query_hw)))
-        return x.reshape(B, Nk, h, Nq).permute(0, 2, 3, 1)
+        pad = self.key_conv.padding
+        rows = B * h * Nq
+        x = logits.reshape(1, rows, *key_hw).contiguous(
+            memory_format=torch.channels_last)
+        x = F.conv2d(x, self.key_conv.weight.repeat_interleave(Nq, 0)
+                     .repeat(B, 1, 1, 1), padding=pad, groups=rows)
+        x = x.permute(0, 2, 3, 1).reshape(1, Nk * B * h, *query_hw)
+        x = F.conv2d(x, self.query_conv.weight.repeat(Nk * B, 1, 1, 1),
+                     padding=pad, groups=Nk * B * h)
+        x = F.conv2d(x, self.head_mix.weight.repeat(Nk * B, 1, 1, 1),
+                     groups=Nk * B)
+        return x.reshape(Nk, B, h, Nq).permute(1, 2, 3, 0)
 
 
 class DenseAttentionTransform(BaseModule):
