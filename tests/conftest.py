@@ -15,6 +15,17 @@ def pytest_configure(config):
     os.chdir(REPO_ROOT)
 
 
+@pytest.fixture(autouse=True)
+def isolated_default_scope():
+    """Undo default-scope changes (``init_default_scope``, runners) so a
+    test never builds from the registry an earlier test left current."""
+    from mmengine.registry import DefaultScope
+    saved = DefaultScope._instance_dict.copy()
+    yield
+    DefaultScope._instance_dict.clear()
+    DefaultScope._instance_dict.update(saved)
+
+
 @pytest.fixture(scope='session')
 def demo_data(tmp_path_factory):
     """Root of freshly generated demo datasets (coco/, ade20k/, imagenet/)."""

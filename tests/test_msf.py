@@ -486,7 +486,11 @@ def load_converter():
 
 def test_converter_output_loads_strictly_into_the_classifier():
     from mmengine.config import Config
+    from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS
+
+    # Earlier tests may leave another default scope (e.g. mmdet) current.
+    init_default_scope('mmpretrain')
     converted = load_converter().convert(official_state_dict(groups=2))
     cfg = Config.fromfile('configs/msf/msf-vit-s-g2_4xb256-300e_in1k.py')
     cfg.model.backbone.arch = dict(embed_dims=OFFICIAL['dim'],
