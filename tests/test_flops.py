@@ -85,6 +85,22 @@ def test_reference_upernet_swin_t():
     assert result.total_flops('full') / 1e9 == pytest.approx(945.7, rel=5e-3)
 
 
+def test_cascade_mask_heads_counted_on_first_100_rois():
+    """Published Cascade Mask R-CNN counts (Swin 745 G) run each stage's mask
+    head on 100 RoIs; mmdet 3.x's tensor forward would use all 1000."""
+    cfg = Config.fromfile(
+        'configs/baselines/cascade-mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py')
+    model = flops_utils.build_model(cfg)
+    seen = []
+    for head in model.roi_head.mask_head:
+        head.register_forward_hook(lambda m, args, out: seen.append(
+            args[0].shape[0]))
+    count_complexity(cfg, shape=(320, 480), model=model)
+    assert seen == [flops_utils.MASK_ROIS_COUNTED] * 3
+    # The patch is undone afterwards: the stock forward is back.
+    assert 'forward' not in vars(model.roi_head)
+
+
 @pytest.mark.slow
 def test_table_mode_writes_markdown(tmp_path, mask_rcnn_swin_t):
     metafile = tmp_path / 'metafile.yml'
