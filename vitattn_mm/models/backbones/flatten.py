@@ -274,8 +274,10 @@ def _grid_after(size: Tuple[int, int], stride: int) -> Tuple[int, int]:
 
 
 def _stage_drop_paths(depths: Sequence[int], rate: float):
-    """Linearly increasing stochastic depth, split per stage."""
-    rates = torch.linspace(0, rate, sum(depths)).tolist()
+    """Linearly increasing stochastic depth, split per stage (plain floats,
+    so models also build on the meta device)."""
+    total = sum(depths)
+    rates = [rate * i / max(total - 1, 1) for i in range(total)]
     bounds = [sum(depths[:i]) for i in range(len(depths) + 1)]
     return [rates[bounds[i]:bounds[i + 1]] for i in range(len(depths))]
 

@@ -1,0 +1,547 @@
+"""FLatten: focused linear attention and the FLatten-Swin / PVT / PVTv2
+backbones (numerics, shapes, official checkpoints, converter, bf16)."""
+import math
+import runpy
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitattn_mm.models.backbones.flatten import (FLattenPVT, FLattenPVTv2,
+                                                 FLattenSwinTransformer,
+                                                 FocusedLinearAttention)
+
+# Small widths, one block per stage (two where Swin needs its shifted
+# block): fast, and the arch the README demo can use.
+TINY_SWIN = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 2, 2, 4])
+TINY_PVT = dict(
+    embed_dims=[16, 32, 64, 128],
+    depths=[1, 1, 1, 1],
+    num_heads=[1, 2, 2, 4],
+    mlp_ratios=[4, 4, 4, 4])
+
+
+# ---------------------------------------------------------------- attention
+def _reference_attention(attn, x, hw):
+    """The released formulation with an explicit N x n attention matrix,
+    in float64, from the module's weights only."""
+    p = {k: v.double() for k, v in attn.state_dict().items()}
+    x = x.double()
+    B, N, C = x.shape
+    heads, d = attn.num_heads, C // attn.num_heads
+    q = F.linear(x, p['q.weight'], p['q.bias'])
+    if attn.sr_ratio > 1:
+        grid = x.transpose(1, 2).reshape(B, C, *hw)
+        grid = F.conv2d(grid, p['sr.weight'], p['sr.bias'],
+                        stride=attn.sr_ratio)
+        kv_hw = grid.shape[-2:]
+        kv_in = F.layer_norm(grid.flatten(2).transpose(1, 2), (C, ),
+                             p['norm.weight'], p['norm.bias'])
+    else:
+        kv_hw, kv_in = hw, x
+    kv = F.linear(kv_in, p['kv.weight'], p['kv.bias'])
+    k, v = kv[..., :C], kv[..., C:]
+    pos = p['positional_encoding.weight']
+    grid_hw = attn.positional_encoding.grid_hw
+    pos = F.interpolate(
+        pos.reshape(1, *grid_hw, C).permute(0, 3, 1, 2), size=tuple(kv_hw),
+        mode='bilinear', align_corners=False).flatten(2).transpose(1, 2)
+    k = k + pos  # keys only
+
+    def phi(t):  # ReLU + eps, / softplus(scale), focusing over all C
+        t = (F.relu(t) + 1e-6) / F.softplus(p['scale'])
+        t3 = t**3
+        return t3 / t3.norm(dim=-1, keepdim=True) * t.norm(dim=-1,
+                                                          keepdim=True)
+
+    q, k = phi(q), phi(k)
+    n = k.shape[1]
+    out = torch.empty(B, N, C, dtype=torch.float64)
+    v_grid = v.transpose(1, 2).reshape(B, C, *kv_hw)
+    if attn.sr_ratio > 1:
+        v_grid = F.interpolate(v_grid, size=hw, mode='bilinear',
+                               align_corners=False)
+    for h in range(heads):
+        sl = slice(h * d, (h + 1) * d)
+        sim = q[..., sl] @ k[..., sl].transpose(1, 2)  # (B, N, n)
+        # Row-normalised; the 1e-6 of the official z = 1/(q.mean(k)+1e-6)
+        # becomes n * 1e-6 on the row sum.
+        weights = sim / (sim.sum(-1, keepdim=True) + n * 1e-6)
+        local = F.conv2d(v_grid[:, sl], p['dwc.weight'], p['dwc.bias'],
+                         padding=p['dwc.weight'].shape[-1] // 2, groups=d)
+        out[..., sl] = weights @ v[..., sl] + local.flatten(2).transpose(1, 2)
+    return F.linear(out, p['proj.weight'], p['proj.bias'])
+
+
+def _randomised_attention(sr_ratio=1, grid=(6, 9)):
+    torch.manual_seed(0)
+    attn = FocusedLinearAttention(
+        64, 4, grid_size=grid, sr_ratio=sr_ratio).eval()
+    with torch.no_grad():  # zero-initialised in the official code
+        attn.scale.normal_(0, 1)
+        attn.positional_encoding.weight.normal_(0, 0.5)
+    return attn
+
+
+@pytest.mark.parametrize('sr_ratio, hw', [(1, (6, 9)), (1, (7, 11)),
+                                          (2, (8, 10))])
+def test_linear_order_equals_explicit_attention_matrix(sr_ratio, hw):
+    attn = _randomised_attention(sr_ratio)
+    x = torch.randn(2, hw[0] * hw[1], 64)
+    with torch.no_grad():
+        ours = attn(x, hw)
+    ref = _reference_attention(attn, x, hw)
+    assert (ours.double() - ref).abs().max() < 1e-5
+
+
+def test_attention_weights_are_a_distribution():
+    """With v = identity the linear form returns its attention matrix:
+    non-negative rows summing to 1 (up to the 1e-6 guard)."""
+    torch.manual_seed(0)
+    attn = FocusedLinearAttention(64, 1, grid_size=(8, 8))
+    q, k = torch.randn(2, 64, 64), torch.randn(2, 64, 64)
+    with torch.no_grad():
+        weights = attn.attend(q, k, torch.eye(64).expand(2, 64, 64))
+    assert (weights >= 0).all()
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 64), atol=1e-5)
+
+
+def test_attention_fp16_autocast_stays_finite():
+    """x**3 and the norms overflow in fp16: the module computes them in
+    fp32 even under fp16 autocast (the GPU AMP case, here on the CPU)."""
+    attn = _randomised_attention()
+    x = 100 * torch.randn(2, 54, 64)
+    with torch.autocast('cpu', dtype=torch.float16):
+        out = attn(x, (6, 9))
+    assert torch.isfinite(out).all()
+    ref = attn(x, (6, 9))
+    assert torch.allclose(out.float(), ref, rtol=0.05, atol=0.05 *
+                          ref.abs().max().item())
+
+
+# ---------------------------------------------------------------- backbones
+@pytest.fixture(scope='module')
+def small_models():
+    """Small widths: shapes depend only on the strides."""
+    torch.manual_seed(0)
+    return {
+        'swin': FLattenSwinTransformer(TINY_SWIN).eval(),
+        'swin_windowed': FLattenSwinTransformer(
+            TINY_SWIN, flatten_window_size=56).eval(),
+        'pvt': FLattenPVT(TINY_PVT).eval(),
+        'pvtv2': FLattenPVTv2(TINY_PVT).eval(),
+    }
+
+
+def _expected_shapes(hw, dims):
+    h, w = hw
+    shapes = []
+    for i, dim in enumerate(dims):
+        stride = 4 * 2**i
+        shapes.append((1, dim, math.ceil(h / stride), math.ceil(w / stride)))
+    return shapes
+
+
+@pytest.mark.parametrize('hw', [(224, 224), (33, 97), (97, 33), (511, 769)])
+@pytest.mark.parametrize('name', ['swin', 'swin_windowed', 'pvt', 'pvtv2'])
+def test_any_input_size(small_models, name, hw):
+    model = small_models[name]
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, *hw))
+    assert [tuple(o.shape) for o in outs] == _expected_shapes(
+        hw, model.embed_dims)
+    assert all(torch.isfinite(o).all() for o in outs)
+
+
+@pytest.mark.parametrize('cls', [FLattenSwinTransformer, FLattenPVT,
+                                 FLattenPVTv2])
+def test_below_minimum_input_is_a_clear_error(cls):
+    model = cls(arch=TINY_SWIN if cls is FLattenSwinTransformer else TINY_PVT)
+    with pytest.raises(ValueError, match='at least 32x32'):
+        model(torch.randn(1, 3, 31, 64))
+
+
+def test_window_mode_at_pretraining_size_is_the_global_model(small_models):
+    """At 224 the official 56-window covers stage 1 (56x56) and shrinks to
+    stage 2's 28x28 map: window mode equals global mode there (elsewhere it
+    pads; see test_any_input_size)."""
+    globl, windowed = small_models['swin'], small_models['swin_windowed']
+    windowed.load_state_dict(globl.state_dict())
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        for a, b in zip(globl(x), windowed(x)):
+            assert torch.equal(a, b)
+    block = windowed.stages[1]['blocks'][0]
+    assert block.window_size == (28, 28)
+    assert block.attn.positional_encoding.weight.shape == (1, 784, 32)
+
+
+def test_global_mode_resizes_positional_encoding(small_models):
+    attn = small_models['swin'].stages[0]['blocks'][0].attn
+    assert attn.positional_encoding.weight.shape == (1, 56 * 56, 16)
+    with torch.no_grad():
+        resized = attn.positional_encoding((40, 70))
+        assert resized.shape == (1, 40 * 70, 16)
+        # cached per size at inference
+        assert attn.positional_encoding((40, 70)) is resized
+
+
+@pytest.mark.parametrize('cls, arch', [(FLattenSwinTransformer, TINY_SWIN),
+                                       (FLattenPVT, TINY_PVT),
+                                       (FLattenPVTv2, TINY_PVT)])
+def test_custom_small_arch_trains_at_demo_size(cls, arch):
+    """The README demo's setting: small widths, 160x160, from scratch."""
+    torch.manual_seed(0)
+    model = cls(arch=arch, drop_path_rate=0.1).train()
+    outs = model(torch.randn(2, 3, 160, 160))
+    assert [o.shape[1] for o in outs] == model.embed_dims
+    sum(o.mean() for o in outs).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all()
+               for p in model.parameters() if p.requires_grad)
+
+
+def test_unknown_arch_lists_the_valid_names():
+    with pytest.raises(KeyError, match='tiny, s, small, b, base'):
+        FLattenSwinTransformer('huge')
+    with pytest.raises(KeyError, match='mlp_ratios'):
+        FLattenPVT(dict(embed_dims=[8] * 4, depths=[1] * 4,
+                        num_heads=[1] * 4))
+
+
+def test_with_cp_gives_the_same_gradients():
+    torch.manual_seed(0)
+    plain = FLattenPVTv2(TINY_PVT, drop_path_rate=0.).train()
+    ckpt = FLattenPVTv2(TINY_PVT, drop_path_rate=0., with_cp=True).train()
+    ckpt.load_state_dict(plain.state_dict())
+    x = torch.randn(1, 3, 64, 96)
+    for model in (plain, ckpt):
+        sum(o.square().mean() for o in model(x)).backward()
+    for (name, a), b in zip(plain.named_parameters(), ckpt.parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6), name
+
+
+def test_frozen_stages_and_train_returns_self():
+    model = FLattenSwinTransformer(TINY_SWIN, frozen_stages=1)
+    assert model.train() is model
+    assert not model.patch_embed.training
+    frozen = [model.patch_embed, model.stages[0], model.stages[1],
+              model.norm0, model.norm1]
+    assert all(not p.requires_grad for m in frozen for p in m.parameters())
+    assert all(p.requires_grad for p in model.stages[2].parameters())
+    assert model.stages[2].training
+
+    pvt = FLattenPVT(TINY_PVT, frozen_stages=0).train()
+    assert not any(p.requires_grad for p in pvt.stages[0].parameters())
+    assert all(p.requires_grad for p in pvt.stages[1].parameters())
+
+
+def test_out_indices_select_outputs_and_norms():
+    model = FLattenSwinTransformer(TINY_SWIN, out_indices=(1, -1)).eval()
+    assert model.out_indices == (1, 3)
+    assert not hasattr(model, 'norm0') and hasattr(model, 'norm3')
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, 64, 64))
+    assert [o.shape[1] for o in outs] == [32, 128]
+    raw = FLattenPVT(TINY_PVT, out_indices=(3, ), out_norm=False)
+    assert not any('norm' in name and 'blocks' not in name
+                   and 'patch_embed' not in name
+                   for name, _ in raw.named_parameters())
+    with pytest.raises(ValueError, match='out_norm'):
+        FLattenPVTv2(TINY_PVT, out_norm=False)
+
+
+# ------------------------------------------------------ official checkpoints
+def _official_swin_state_dict(embed_dims=96, depths=(2, 2, 6, 2),
+                              num_heads=(3, 6, 12, 24), img=224, window=7,
+                              flatten_stages=2):
+    """Names and shapes of a released FLatten-Swin file (random values)."""
+    sd = {
+        'patch_embed.proj.weight': (embed_dims, 3, 4, 4),
+        'patch_embed.proj.bias': (embed_dims, ),
+        'patch_embed.norm.weight': (embed_dims, ),
+        'patch_embed.norm.bias': (embed_dims, ),
+    }
+    buffers = {}
+    res = img // 4
+    for i, depth in enumerate(depths):
+        dim, heads = embed_dims * 2**i, num_heads[i]
+        for j in range(depth):
+            p = f'layers.{i}.blocks.{j}.'
+            sd.update({
+                p + 'norm1.weight': (dim, ),
+                p + 'norm1.bias': (dim, ),
+                p + 'attn.qkv.weight': (3 * dim, dim),
+                p + 'attn.qkv.bias': (3 * dim, ),
+                p + 'attn.proj.weight': (dim, dim),
+                p + 'attn.proj.bias': (dim, ),
+                p + 'norm2.weight': (dim, ),
+                p + 'norm2.bias': (dim, ),
+                p + 'mlp.fc1.weight': (4 * dim, dim),
+                p + 'mlp.fc1.bias': (4 * dim, ),
+                p + 'mlp.fc2.weight': (dim, 4 * dim),
+                p + 'mlp.fc2.bias': (dim, ),
+            })
+            if i < flatten_stages:
+                head_dim = dim // heads
+                sd.update({
+                    p + 'attn.dwc.weight': (head_dim, 1, 5, 5),
+                    p + 'attn.dwc.bias': (head_dim, ),
+                    p + 'attn.scale': (1, 1, dim),
+                    p + 'attn.positional_encoding': (1, res * res, dim),
+                })
+            else:
+                sd[p + 'attn.relative_position_bias_table'] = (
+                    (2 * window - 1)**2, heads)
+                coords = torch.stack(
+                    torch.meshgrid(torch.arange(window), torch.arange(window),
+                                   indexing='ij')).flatten(1)
+                rel = (coords[:, :, None] - coords[:, None, :]).permute(
+                    1, 2, 0) + (window - 1)
+                buffers[p + 'attn.relative_position_index'] = (
+                    rel[..., 0] * (2 * window - 1) + rel[..., 1])
+                if j % 2 == 1 and res > window:
+                    buffers[p + 'attn_mask'] = torch.zeros(
+                        (res // window)**2, window**2, window**2)
+        if i < len(depths) - 1:
+            sd.update({
+                f'layers.{i}.downsample.reduction.weight': (2 * dim, 4 * dim),
+                f'layers.{i}.downsample.norm.weight': (4 * dim, ),
+                f'layers.{i}.downsample.norm.bias': (4 * dim, ),
+            })
+        res //= 2
+    final = embed_dims * 2**(len(depths) - 1)
+    sd.update({
+        'norm.weight': (final, ),
+        'norm.bias': (final, ),
+        'head.weight': (1000, final),
+        'head.bias': (1000, )
+    })
+    state = {k: torch.randn(shape) for k, shape in sd.items()}
+    state.update(buffers)
+    return state
+
+
+def _official_pvt_state_dict(embed_dims=(64, 128, 320, 512),
+                             depths=(2, 2, 2, 2), num_heads=(1, 2, 5, 8),
+                             mlp_ratios=(8, 8, 4, 4), img=224, v2=False):
+    """Names and shapes of a released FLatten-PVT / PVTv2 file."""
+    sd = {}
+    res, in_ch = img // 4, 3
+    for i, dim in enumerate(embed_dims):
+        s = i + 1
+        kernel = (7 if i == 0 else 3) if v2 else (4 if i == 0 else 2)
+        sd.update({
+            f'patch_embed{s}.proj.weight': (dim, in_ch, kernel, kernel),
+            f'patch_embed{s}.proj.bias': (dim, ),
+            f'patch_embed{s}.norm.weight': (dim, ),
+            f'patch_embed{s}.norm.bias': (dim, ),
+        })
+        if v2:
+            sd.update({f'norm{s}.weight': (dim, ), f'norm{s}.bias': (dim, )})
+        else:
+            sd[f'pos_embed{s}'] = (1, res * res, dim)
+        hidden = dim * mlp_ratios[i]
+        for j in range(depths[i]):
+            p = f'block{s}.{j}.'
+            sd.update({
+                p + 'norm1.weight': (dim, ),
+                p + 'norm1.bias': (dim, ),
+                p + 'attn.q.weight': (dim, dim),
+                p + 'attn.q.bias': (dim, ),
+                p + 'attn.kv.weight': (2 * dim, dim),
+                p + 'attn.kv.bias': (2 * dim, ),
+                p + 'attn.proj.weight': (dim, dim),
+                p + 'attn.proj.bias': (dim, ),
+                p + 'attn.dwc.weight': (dim // num_heads[i], 1, 5, 5),
+                p + 'attn.dwc.bias': (dim // num_heads[i], ),
+                p + 'attn.scale': (1, 1, dim),
+                p + 'attn.positional_encoding': (1, res * res, dim),
+                p + 'norm2.weight': (dim, ),
+                p + 'norm2.bias': (dim, ),
+                p + 'mlp.fc1.weight': (hidden, dim),
+                p + 'mlp.fc1.bias': (hidden, ),
+                p + 'mlp.fc2.weight': (dim, hidden),
+                p + 'mlp.fc2.bias': (dim, ),
+            })
+            if v2:
+                sd.update({
+                    p + 'mlp.dwconv.dwconv.weight': (hidden, 1, 3, 3),
+                    p + 'mlp.dwconv.dwconv.bias': (hidden, ),
+                })
+        res, in_ch = res // 2, dim
+    if not v2:
+        sd.update({'norm.weight': (512, ), 'norm.bias': (512, )})
+    sd.update({'head.weight': (1000, 512), 'head.bias': (1000, )})
+    return {k: torch.randn(shape) for k, shape in sd.items()}
+
+
+@pytest.fixture(scope='module')
+def official_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp('official')
+    torch.manual_seed(0)
+    states = {
+        'swin_t': _official_swin_state_dict(),
+        'pvt_t': _official_pvt_state_dict(),
+        'pvtv2_b0': _official_pvt_state_dict(
+            embed_dims=(32, 64, 160, 256), v2=True),
+    }
+    paths = {}
+    for name, state in states.items():
+        paths[name] = str(root / f'flatten_{name}.pth')
+        torch.save({'model': state, 'epoch': 300}, paths[name])
+    return states, paths
+
+
+def _load(cls, path, **kwargs):
+    model = cls(init_cfg=dict(type='Pretrained', checkpoint=path), **kwargs)
+    model.init_weights()
+    return model
+
+
+@pytest.mark.parametrize('name, cls, kwargs', [
+    ('swin_t', FLattenSwinTransformer, dict(out_indices=(3, ))),
+    ('pvt_t', FLattenPVT, dict(out_indices=(3, ), out_norm=False)),
+    ('pvtv2_b0', FLattenPVTv2, dict(out_indices=(3, ))),
+])
+def test_official_checkpoint_fills_every_key(official_files, name, cls,
+                                             kwargs):
+    """The classification layout: every backbone tensor comes from the
+    file; only the ImageNet head is left over."""
+    states, paths = official_files
+    arch = {'swin_t': 'tiny', 'pvt_t': 'tiny', 'pvtv2_b0': 'b0'}[name]
+    model = _load(cls, paths[name], arch=arch, **kwargs)
+    report = model.load_report
+    assert report.missing == []
+    assert report.mismatched == []
+    assert sorted(report.unexpected) == ['head.bias', 'head.weight']
+    loaded = model.state_dict()
+    official = states[name]
+    if name == 'swin_t':
+        qkv = official['layers.0.blocks.1.attn.qkv.weight']
+        assert torch.equal(loaded['stages.0.blocks.1.attn.q.weight'],
+                           qkv[:96])
+        assert torch.equal(loaded['stages.0.blocks.1.attn.kv.weight'],
+                           qkv[96:])
+        assert torch.equal(
+            loaded['stages.2.blocks.3.attn.w_msa.relative_position_bias_'
+                   'table'],
+            official['layers.2.blocks.3.attn.relative_position_bias_table'])
+        assert torch.equal(loaded['norm3.weight'], official['norm.weight'])
+    else:
+        assert torch.equal(loaded['stages.1.blocks.0.ffn.layers.0.weight'],
+                           official['block2.0.mlp.fc1.weight'][..., None,
+                                                               None])
+        assert torch.equal(
+            loaded['stages.3.blocks.1.attn.positional_encoding.weight'],
+            official['block4.1.attn.positional_encoding'])
+
+
+def test_official_checkpoint_into_detection_layout(official_files):
+    """Downstream: positional encodings of a model built for another
+    pretraining size are resized; only the new output norms are missing."""
+    _, paths = official_files
+    swin = _load(FLattenSwinTransformer, paths['swin_t'],
+                 pretrain_img_size=384)
+    assert swin.load_report.mismatched == []
+    assert sorted(swin.load_report.missing) == [
+        f'norm{i}.{p}' for i in range(3) for p in ('bias', 'weight')
+    ]
+    assert swin.stages[0]['blocks'][0].attn.positional_encoding.weight.shape \
+        == (1, 96 * 96, 96)
+    pvt = _load(FLattenPVT, paths['pvt_t'])
+    assert sorted(pvt.load_report.missing) == [
+        f'stages.{i}.norm.{p}' for i in range(4) for p in ('bias', 'weight')
+    ]
+    v2 = _load(FLattenPVTv2, paths['pvtv2_b0'], arch='b0')
+    assert v2.load_report.missing == []
+
+
+def test_patch_merging_conversion_matches_official_merge():
+    """Official merging concatenates (0,0), (1,0), (0,1), (1,1) neighbours;
+    the converted weights must give the same output through mmcv's
+    unfold-based PatchMerging."""
+    state = _official_swin_state_dict(embed_dims=8, depths=(1, 1, 2, 1),
+                                      num_heads=(1, 1, 1, 1))
+    converted = FLattenSwinTransformer.convert_checkpoint(state)
+    model = FLattenSwinTransformer(
+        dict(embed_dims=8, depths=[1, 1, 2, 1], num_heads=[1, 1, 1, 1]))
+    model.load_state_dict(converted, strict=False)
+    x = torch.randn(2, 6 * 10, 8)
+    w = state['layers.0.downsample.reduction.weight']
+    nw, nb = (state[f'layers.0.downsample.norm.{p}']
+              for p in ('weight', 'bias'))
+    grid = x.view(2, 6, 10, 8)
+    merged = torch.cat([grid[:, 0::2, 0::2], grid[:, 1::2, 0::2],
+                        grid[:, 0::2, 1::2], grid[:, 1::2, 1::2]], -1)
+    ref = F.linear(F.layer_norm(merged.reshape(2, -1, 32), (32, ), nw, nb), w)
+    ours, hw = model.stages[1]['downsample'](x, (6, 10))
+    assert hw == (3, 5)
+    assert torch.allclose(ours, ref, atol=1e-5)
+
+
+def test_conversion_is_idempotent_and_skips_other_layouts(official_files):
+    states, _ = official_files
+    for cls, name in ((FLattenSwinTransformer, 'swin_t'),
+                      (FLattenPVT, 'pvt_t')):
+        once = cls.convert_checkpoint(states[name])
+        assert cls.convert_checkpoint(once) is once
+    assert not any(k.endswith('attn_mask') for k in once)
+
+
+def test_checkpoint_that_matches_nothing_raises(official_files, tmp_path):
+    _, paths = official_files
+    with pytest.raises(RuntimeError, match='matches none'):
+        _load(FLattenSwinTransformer, paths['pvt_t'], arch=TINY_SWIN)
+    path = str(tmp_path / 'other.pth')
+    torch.save({'state_dict': {'conv1.weight': torch.zeros(3)}}, path)
+    with pytest.raises(RuntimeError, match='matches none'):
+        _load(FLattenPVT, path, arch=TINY_PVT)
+
+
+def _run_converter(monkeypatch, *args):
+    monkeypatch.setattr(sys, 'argv', ['flatten2vitattn.py', *args])
+    runpy.run_path('tools/model_converters/flatten2vitattn.py',
+                   run_name='__main__')
+
+
+def test_converter_script(official_files, tmp_path, monkeypatch):
+    """tools/model_converters/flatten2vitattn.py: a file the classifier
+    loads strictly (backbone and head) and the backbone loads as
+    Pretrained."""
+    from mmengine.config import Config
+    from mmpretrain.registry import MODELS
+
+    _, paths = official_files
+    dst = str(tmp_path / 'converted.pth')
+    _run_converter(monkeypatch, paths['pvt_t'], dst)
+    converted = torch.load(dst, weights_only=True)['state_dict']
+    assert all(k.startswith(('backbone.', 'head.fc.')) for k in converted)
+
+    cfg = Config.fromfile('configs/flatten/flatten-pvt-t_8xb128_in1k.py')
+    classifier = MODELS.build(cfg.model)
+    classifier.load_state_dict(converted, strict=True)
+
+    backbone = _load(FLattenPVT, dst, out_indices=(3, ), out_norm=False)
+    assert backbone.load_report.missing == []
+    assert backbone.load_report.unexpected == []
+
+    with pytest.raises(ValueError, match='not an official FLatten'):
+        _run_converter(monkeypatch, dst, str(tmp_path / 'again.pth'))
+
+
+# ----------------------------------------------------------------- precision
+@pytest.mark.slow
+@pytest.mark.parametrize('cls', [FLattenSwinTransformer, FLattenPVT])
+def test_bf16_autocast_full_resolution_is_finite(cls):
+    """800x1280, inputs x100, bf16 autocast on the CPU: finite outputs and
+    gradients."""
+    torch.manual_seed(0)
+    model = cls('tiny', drop_path_rate=0.).train()
+    x = 100 * torch.randn(1, 3, 800, 1280)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        outs = model(x)
+    assert all(torch.isfinite(o).all() for o in outs)
+    sum(o.float().square().mean() for o in outs).backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
