@@ -23,17 +23,9 @@ Example::
     python tools/model_converters/l2vit2vitattn.py --key model_ema \
         L2ViT-Tiny-checkpoint-best-ema.pth pretrain/l2vit-t-ema_vitattn.pth
 """
-import argparse
-import os
-import os.path as osp
-from collections import OrderedDict
-
-import torch
-from mmengine.runner.checkpoint import CheckpointLoader
-
 import vitattn_mm  # noqa: F401  (weights-only checkpoint loading)
 from vitattn_mm.models.backbones.l2vit import L2ViT
-from vitattn_mm.models.layers import unwrap_state_dict
+from vitattn_mm.utils.converter import converter_main, to_classifier_keys
 
 
 def convert(state_dict):
@@ -43,42 +35,8 @@ def convert(state_dict):
             'not an official L2ViT checkpoint: no '
             'downsample_layers.0.proj.proj.0.weight (first keys: '
             f'{list(state_dict)[:5]})')
-    head = {k: v for k, v in state_dict.items() if k.startswith('head.')}
-    backbone = L2ViT.convert_checkpoint(
-        {k: v for k, v in state_dict.items() if k not in head})
-    converted = OrderedDict(
-        (f'backbone.{k}', v) for k, v in backbone.items())
-    converted.update(
-        (f'head.fc.{k[len("head."):]}', v) for k, v in head.items())
-    return converted
-
-
-def parse_args():
-    parser = argparse.ArgumentParser(
-        description='Convert an official L2ViT checkpoint to vitattn_mm key '
-        'names')
-    parser.add_argument('src', help='official checkpoint (path or URL)')
-    parser.add_argument('dst', help='where to save the converted file')
-    parser.add_argument(
-        '--key',
-        help="container of the weights in SRC, e.g. 'model_ema'; default: "
-        "the first of 'state_dict', 'model', 'module'")
-    return parser.parse_args()
-
-
-def main():
-    args = parse_args()
-    # The official files also pickle the training script's argparse options
-    # (plain values) under 'args': allow that type, nothing more.
-    with torch.serialization.safe_globals([argparse.Namespace]):
-        checkpoint = CheckpointLoader.load_checkpoint(args.src,
-                                                      map_location='cpu')
-    converted = convert(unwrap_state_dict(checkpoint, args.key))
-    if osp.dirname(args.dst):
-        os.makedirs(osp.dirname(args.dst), exist_ok=True)
-    torch.save({'state_dict': converted}, args.dst)
-    print(f'Saved {len(converted)} tensors to {args.dst}')
+    return to_classifier_keys(state_dict, L2ViT.convert_checkpoint)
 
 
 if __name__ == '__main__':
-    main()
+    converter_main(convert, 'L2ViT')

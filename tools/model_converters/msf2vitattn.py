@@ -22,17 +22,11 @@ Example::
     python tools/model_converters/msf2vitattn.py \
         SimpleViTS_msf/checkpoint.pth pretrain/msf-vit-s_in1k.pth
 """
-import argparse
-import os
-import os.path as osp
 from collections import OrderedDict
-
-import torch
-from mmengine.runner.checkpoint import CheckpointLoader
 
 import vitattn_mm  # noqa: F401  (weights-only checkpoint loading)
 from vitattn_mm.models.backbones.msf import MSFViT
-from vitattn_mm.models.layers import unwrap_state_dict
+from vitattn_mm.utils.converter import converter_main
 
 
 def convert(state_dict):
@@ -48,29 +42,5 @@ def convert(state_dict):
     return converted
 
 
-def parse_args():
-    parser = argparse.ArgumentParser(
-        description='Convert an official MSF checkpoint to vitattn_mm key '
-        'names')
-    parser.add_argument('src', help='official checkpoint (path or URL)')
-    parser.add_argument('dst', help='where to save the converted file')
-    parser.add_argument(
-        '--key',
-        help="container of the weights in SRC, e.g. 'model_ema'; default: "
-        "the first of 'state_dict', 'model', 'module'")
-    return parser.parse_args()
-
-
-def main():
-    args = parse_args()
-    checkpoint = CheckpointLoader.load_checkpoint(args.src,
-                                                  map_location='cpu')
-    converted = convert(unwrap_state_dict(checkpoint, args.key))
-    if osp.dirname(args.dst):
-        os.makedirs(osp.dirname(args.dst), exist_ok=True)
-    torch.save({'state_dict': converted}, args.dst)
-    print(f'Saved {len(converted)} tensors to {args.dst}')
-
-
 if __name__ == '__main__':
-    main()
+    converter_main(convert, 'MSF')

@@ -1,0 +1,68 @@
+"""What every ``tools/model_converters/<family>2vitattn.py`` shares: the
+classifier key layout and the command line."""
+import argparse
+import os
+import os.path as osp
+from collections import OrderedDict
+from typing import Callable, Dict, Optional, Sequence
+
+import torch
+from mmengine.runner.checkpoint import CheckpointLoader
+
+from vitattn_mm.models.layers import unwrap_state_dict
+
+StateDict = Dict[str, torch.Tensor]
+
+
+def to_classifier_keys(state_dict: StateDict,
+                       convert_backbone: Callable[[StateDict], StateDict],
+                       head_prefix: str = 'head.') -> StateDict:
+    """Official classifier weights -> mmpretrain ``ImageClassifier`` keys.
+
+    The backbone part goes through ``convert_backbone`` (a backbone's
+    ``convert_checkpoint``) and under ``backbone.``; the linear head
+    (``head_prefix``) becomes ``head.fc.``.
+    """
+    head = {k: v for k, v in state_dict.items() if k.startswith(head_prefix)}
+    backbone = convert_backbone(
+        {k: v for k, v in state_dict.items() if k not in head})
+    converted = OrderedDict(
+        (f'backbone.{k}', v) for k, v in backbone.items())
+    converted.update(
+        (f'head.fc.{k[len(head_prefix):]}', v) for k, v in head.items())
+    return converted
+
+
+def converter_main(convert: Callable[[StateDict], StateDict],
+                   family: str,
+                   argv: Optional[Sequence[str]] = None) -> None:
+    """Command line: ``SRC DST [--key NAME]``; writes ``{'state_dict': ...}``
+    that classification configs load with ``load_from`` and backbones with
+    ``init_cfg=dict(type='Pretrained', checkpoint=DST)``.
+
+    Args:
+        convert (callable): Official state dict -> our keys; raises
+            ``ValueError`` for a file of another layout.
+        family (str): Name used in the help text.
+        argv (list[str], optional): Arguments. Default: ``sys.argv[1:]``.
+    """
+    parser = argparse.ArgumentParser(
+        description=f'Convert an official {family} checkpoint to vitattn_mm '
+        'key names')
+    parser.add_argument('src', help='official checkpoint (path or URL)')
+    parser.add_argument('dst', help='where to save the converted file')
+    parser.add_argument(
+        '--key',
+        help="container of the weights in SRC, e.g. 'model_ema'; default: "
+        "the first of 'state_dict', 'model', 'module'")
+    args = parser.parse_args(argv)
+    # Official training scripts also pickle their argparse options (plain
+    # values) beside the weights: allow that type, nothing more.
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        checkpoint = CheckpointLoader.load_checkpoint(args.src,
+                                                      map_location='cpu')
+    converted = convert(unwrap_state_dict(checkpoint, args.key))
+    if osp.dirname(args.dst):
+        os.makedirs(osp.dirname(args.dst), exist_ok=True)
+    torch.save({'state_dict': converted}, args.dst)
+    print(f'Saved {len(converted)} tensors to {args.dst}')
