@@ -133,7 +133,7 @@ Models:
 def test_cli_prints_headline(tmp_path):
     result = subprocess.run(
         [sys.executable, 'tools/get_flops.py',
-         'configs/demo/mask-rcnn_swin-nano_fpn_8e_demo.py', '--shape', '160',
+         'configs/demo/mask-rcnn_flatten-swin-nano_fpn_8e_demo.py', '--shape', '160',
          '160', '--exclude-attn-matmul'],
         check=True, capture_output=True, text=True)
     assert 'Input shape: (160, 160)' in result.stdout

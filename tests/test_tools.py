@@ -14,7 +14,7 @@ from vitattn_mm.utils.checkpoint import UnsafeCheckpointError  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
-DEMO_CONFIG = 'configs/demo/mask-rcnn_swin-nano_fpn_8e_demo.py'
+DEMO_CONFIG = 'configs/demo/mask-rcnn_flatten-swin-nano_fpn_8e_demo.py'
 # Smoke runs: skip the demo config's untrained-model evaluation and
 # validate on 4 images only.
 NO_BASELINE_EVAL = ('--cfg-options', 'custom_hooks=[]',

@@ -16,7 +16,7 @@ import vitattn_mm  # noqa: F401
 from vitattn_mm.datasets import generate_demo_data
 from vitattn_mm.utils.runtime import load_tool_config
 
-DEFAULT_CONFIG = 'configs/demo/mask-rcnn_swin-nano_fpn_8e_demo.py'
+DEFAULT_CONFIG = 'configs/demo/mask-rcnn_flatten-swin-nano_fpn_8e_demo.py'
 SHOWN_METRICS = (('coco/bbox_mAP', 'box AP'), ('coco/bbox_mAP_50', 'box AP50'),
                  ('coco/segm_mAP', 'mask AP'), ('coco/segm_mAP_50',
                                                 'mask AP50'))
