@@ -34,11 +34,15 @@ PRESETS: Dict[str, dict] = {
                   num_layers=[3, 4, 6, 3]),
     'pvtv2-b1': dict(type='mmdet.PyramidVisionTransformerV2',
                      embed_dims=64, num_layers=[2, 2, 2, 2]),
+    # plain ViT-S/16 with global softmax attention (MSF's own "Orig." model)
+    'vit-s': dict(type='MSFViT', arch='small', mean_shift=False),
     # the families
     'flatten-swin-t': dict(type='FLattenSwinTransformer', arch='tiny'),
     'flatten-pvt-t': dict(type='FLattenPVT', arch='tiny'),
     'l2vit-t': dict(type='L2ViT', arch='tiny'),
     'lavit-s': dict(type='LaViT', arch='small'),
+    'msf-swin-t': dict(type='MSFSwinTransformer', arch='tiny'),
+    'msf-vit-s': dict(type='MSFViT', arch='small'),
 }
 
 #: (model, baseline) pairs of ``tools/benchmark.py --suite``.
@@ -47,6 +51,8 @@ SUITE = [
     ('flatten-pvt-t', 'pvt-t'),
     ('l2vit-t', 'swin-t'),
     ('lavit-s', 'pvt-s'),
+    ('msf-swin-t', 'swin-t'),
+    ('msf-vit-s', 'vit-s'),
 ]
 
 
