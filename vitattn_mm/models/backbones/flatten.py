@@ -28,7 +28,8 @@ from mmpretrain.models.utils.attention import WindowMSA
 
 from ...registry import register_model
 from ..layers import (ResizablePosEmbed, VitAttnBackbone, crop_tokens,
-                      freeze_module, pad_to_multiple, to_2tuple_int,
+                      freeze_module, init_linear_and_norm,
+                      linear_drop_path_rates, pad_to_multiple, to_2tuple_int,
                       window_partition, window_reverse)
 
 StateDict = Dict[str, torch.Tensor]
@@ -255,31 +256,10 @@ class FLattenBlock(BaseModule):
         return _inner_forward(x)
 
 
-def _init_linear_and_norm(module: nn.Module) -> None:
-    """The official (timm) initialisation: truncated-normal Linear
-    weights, zero biases, unit LayerNorms."""
-    if isinstance(module, nn.Linear):
-        trunc_normal_(module.weight, std=.02)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
-
-
 def _grid_after(size: Tuple[int, int], stride: int) -> Tuple[int, int]:
     """Token grid after a stride-``stride`` patch embedding / merging with
     adaptive (corner) padding."""
     return tuple(math.ceil(s / stride) for s in size)
-
-
-def _stage_drop_paths(depths: Sequence[int], rate: float):
-    """Linearly increasing stochastic depth, split per stage (plain floats,
-    so models also build on the meta device)."""
-    total = sum(depths)
-    rates = [rate * i / max(total - 1, 1) for i in range(total)]
-    bounds = [sum(depths[:i]) for i in range(len(depths) + 1)]
-    return [rates[bounds[i]:bounds[i + 1]] for i in range(len(depths))]
 
 
 def _merging_weight_to_unfold_order(weight: torch.Tensor) -> torch.Tensor:
@@ -393,7 +373,7 @@ class FLattenSwinTransformer(VitAttnBackbone):
             norm_cfg=norm_cfg)
 
         grid = _grid_after(to_2tuple_int(pretrain_img_size), patch_size)
-        drop_paths = _stage_drop_paths(depths, drop_path_rate)
+        drop_paths = linear_drop_path_rates(drop_path_rate, sum(depths))
         self.stages = ModuleList()
         for i, depth in enumerate(depths):
             stage = ModuleDict()
@@ -414,7 +394,7 @@ class FLattenSwinTransformer(VitAttnBackbone):
                         qkv_bias=qkv_bias,
                         focusing_factor=focusing_factor,
                         kernel_size=kernel_size,
-                        drop_path=drop_paths[i][j],
+                        drop_path=drop_paths[sum(depths[:i]) + j],
                         norm_cfg=norm_cfg,
                         with_cp=with_cp) for j in range(depth)
                 ]
@@ -426,7 +406,7 @@ class FLattenSwinTransformer(VitAttnBackbone):
                         window_size=window_size,
                         shift=j % 2 == 1,
                         ffn_ratio=mlp_ratio,
-                        drop_path=drop_paths[i][j],
+                        drop_path=drop_paths[sum(depths[:i]) + j],
                         pad_small_map=pad_small_map,
                         attn_cfgs=dict(qkv_bias=qkv_bias),
                         norm_cfg=norm_cfg,
@@ -442,7 +422,7 @@ class FLattenSwinTransformer(VitAttnBackbone):
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
-        _init_linear_and_norm(module)
+        init_linear_and_norm(module)
         if isinstance(module, WindowMSA):
             trunc_normal_(module.relative_position_bias_table, std=.02)
 
@@ -661,7 +641,7 @@ class FLattenPVT(VitAttnBackbone):
         self.min_input_size = math.prod(strides)
 
         grid = to_2tuple_int(pretrain_img_size)
-        drop_paths = _stage_drop_paths(depths, drop_path_rate)
+        drop_paths = linear_drop_path_rates(drop_path_rate, sum(depths))
         self.stages = ModuleList()
         for i, depth in enumerate(depths):
             stage = ModuleDict()
@@ -687,7 +667,7 @@ class FLattenPVT(VitAttnBackbone):
                     qkv_bias=qkv_bias,
                     focusing_factor=focusing_factor,
                     kernel_size=kernel_size,
-                    drop_path=drop_paths[i][j],
+                    drop_path=drop_paths[sum(depths[:i]) + j],
                     norm_cfg=norm_cfg,
                     with_cp=with_cp) for j in range(depth)
             ])
@@ -698,7 +678,7 @@ class FLattenPVT(VitAttnBackbone):
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
-        _init_linear_and_norm(module)
+        init_linear_and_norm(module)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         self.check_input_size(x)
@@ -788,7 +768,7 @@ class FLattenPVTv2(FLattenPVT):
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
-        _init_linear_and_norm(module)
+        init_linear_and_norm(module)
         if isinstance(module, nn.Conv2d):
             # The official PVTv2 initialisation of every conv.
             fan_out = (module.kernel_size[0] * module.kernel_size[1] *

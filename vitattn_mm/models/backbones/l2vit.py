@@ -34,8 +34,8 @@ from mmpretrain.models.utils import ConditionalPositionEncoding
 
 from ...registry import register_model
 from ..layers import (VitAttnBackbone, crop_tokens, freeze_module,
-                      pad_to_multiple, to_2tuple_int, window_partition,
-                      window_reverse)
+                      linear_drop_path_rates, pad_to_multiple, to_2tuple_int,
+                      window_partition, window_reverse)
 
 StateDict = Dict[str, torch.Tensor]
 
@@ -493,8 +493,7 @@ class L2ViT(VitAttnBackbone):
             for i in range(1, num_stages)
         ])
 
-        rates = torch.linspace(
-            0, drop_path_rate, sum(depths), device='cpu').tolist()
+        rates = linear_drop_path_rates(drop_path_rate, sum(depths))
         self.stages = ModuleList()
         for i, depth in enumerate(depths):
             blocks = ModuleList()

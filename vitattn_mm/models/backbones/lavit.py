@@ -32,12 +32,12 @@ from mmcv.cnn.bricks import DropPath
 from mmcv.cnn.bricks.transformer import FFN, PatchEmbed
 from mmdet.models.layers import nlc_to_nchw
 from mmengine.model import BaseModule, ModuleDict, ModuleList
-from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.utils import LayerScale
 
 from ...registry import register_model
 from ..aux_loss import AuxLossBackbone
 from ..layers import (ResizablePosEmbed, VitAttnBackbone, freeze_module,
+                      init_linear_and_norm, linear_drop_path_rates,
                       to_2tuple_int)
 
 Grid = Tuple[int, int]
@@ -572,9 +572,7 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
 
         img_size = to_2tuple_int(pretrain_img_size)
         grid = img_size
-        num_blocks = sum(depths)
-        rates = [drop_path_rate * j / max(num_blocks - 1, 1)
-                 for j in range(num_blocks)]  # linear stochastic depth
+        rates = linear_drop_path_rates(drop_path_rate, sum(depths))
         self.stages = ModuleList()
         for i, depth in enumerate(depths):
             stage = ModuleDict()
@@ -628,13 +626,7 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
     def _init_weights(module: nn.Module) -> None:
         """PVT's initialisation: truncated-normal Linear weights, zero
         biases, unit LayerNorms (convs keep their own init)."""
-        if isinstance(module, nn.Linear):
-            trunc_normal_(module.weight, std=.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+        init_linear_and_norm(module)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         self.check_input_size(x)

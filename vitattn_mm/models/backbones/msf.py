@@ -24,12 +24,12 @@ from mmcv.cnn.bricks import DropPath
 from mmcv.cnn.bricks.transformer import FFN, PatchEmbed, PatchMerging
 from mmdet.models.layers import nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
-from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.backbones.swin_transformer import SwinBlock
 
 from ...registry import register_model
 from ..layers import (RelativePositionBias, ResizablePosEmbed,
-                      VitAttnBackbone, freeze_module, to_2tuple_int)
+                      VitAttnBackbone, freeze_module, init_linear_and_norm,
+                      linear_drop_path_rates, to_2tuple_int)
 
 StateDict = Dict[str, torch.Tensor]
 
@@ -328,12 +328,6 @@ class MSFViTBlock(BaseModule):
         return self.ffn(self.norm2(x), identity=x)
 
 
-def _linear_rates(last: float, num: int) -> list:
-    """Stochastic depth growing linearly from 0 to ``last`` over ``num``
-    blocks."""
-    return [last * i / max(num - 1, 1) for i in range(num)]
-
-
 def _run_block(block: nn.Module, with_cp: bool, x: torch.Tensor, *args):
     """``block(x, *args)``, gradient-checkpointed when asked and useful."""
     if with_cp and x.requires_grad:
@@ -435,7 +429,7 @@ class MSFSwinTransformer(VitAttnBackbone):
             group_mode=group_mode,
             qkv_bias=qkv_bias,
             fused=fused)
-        drop_paths = _linear_rates(drop_path_rate, sum(depths))
+        drop_paths = linear_drop_path_rates(drop_path_rate, sum(depths))
         self.downsamples = ModuleList()
         self.stages = ModuleList()
         for i, depth in enumerate(depths):
@@ -466,13 +460,7 @@ class MSFSwinTransformer(VitAttnBackbone):
     def _init_weights(module: nn.Module) -> None:
         """Swin's (timm) initialisation; the relative position bias tables
         initialise themselves."""
-        if isinstance(module, nn.Linear):
-            trunc_normal_(module.weight, std=.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+        init_linear_and_norm(module)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         self.check_input_size(x)
@@ -601,7 +589,7 @@ class MSFViT(VitAttnBackbone):
                 math.ceil(s / patch_size)
                 for s in to_2tuple_int(pretrain_img_size))
             self.pos_embed = ResizablePosEmbed(embed_dims, grid)
-        drop_paths = _linear_rates(drop_path_rate, depth)
+        drop_paths = linear_drop_path_rates(drop_path_rate, depth)
         self.blocks = ModuleList([
             MSFViTBlock(
                 embed_dims,

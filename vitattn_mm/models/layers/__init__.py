@@ -1,4 +1,5 @@
-from .base_backbone import VitAttnBackbone, freeze_module
+from .base_backbone import (VitAttnBackbone, freeze_module, init_linear_and_norm,
+                            linear_drop_path_rates)
 from .pos_embed import ResizablePosEmbed, resize_pos_embed
 from .pretrained import LoadReport, load_pretrained, unwrap_state_dict
 from .windows import (RelativePositionBias, crop_tokens, pad_to_multiple,
@@ -6,7 +7,8 @@ from .windows import (RelativePositionBias, crop_tokens, pad_to_multiple,
                       window_reverse)
 
 __all__ = [
-    'VitAttnBackbone', 'freeze_module', 'ResizablePosEmbed',
+    'VitAttnBackbone', 'freeze_module', 'init_linear_and_norm',
+    'linear_drop_path_rates', 'ResizablePosEmbed',
     'resize_pos_embed', 'LoadReport', 'load_pretrained', 'unwrap_state_dict',
     'RelativePositionBias', 'crop_tokens', 'pad_to_multiple',
     'shifted_window_mask', 'to_2tuple_int', 'window_partition',

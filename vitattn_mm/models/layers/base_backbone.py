@@ -1,10 +1,11 @@
 """What every backbone of the package shares: arch zoo lookup, output indices,
 stage freezing, ``norm_eval``, input-size checks and pretrained loading."""
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 from mmengine.model import BaseModule
+from mmengine.model.weight_init import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .pretrained import LoadReport, StateDict, load_pretrained
@@ -17,6 +18,25 @@ def freeze_module(module: nn.Module) -> None:
     module.eval()
     for param in module.parameters():
         param.requires_grad = False
+
+
+def linear_drop_path_rates(rate: float, num_blocks: int) -> List[float]:
+    """Stochastic depth growing linearly from 0 to ``rate`` over the blocks
+    (plain floats, so models also build on the meta device)."""
+    return [rate * i / max(num_blocks - 1, 1) for i in range(num_blocks)]
+
+
+def init_linear_and_norm(module: nn.Module) -> None:
+    """timm's ViT initialisation, shared by Swin, PVT and their offspring:
+    truncated-normal (std 0.02) Linear weights, zero biases, unit
+    LayerNorms. Use with ``model.apply``."""
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
 
 
 class VitAttnBackbone(BaseModule):
