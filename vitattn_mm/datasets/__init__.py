@@ -1,4 +1,7 @@
 from .demo_data import (SEG_CLASSES, SEG_PALETTE, SHAPE_CLASSES,
-                        generate_demo_data)
+                        generate_demo_data, render_demo_image)
 
-__all__ = ['generate_demo_data', 'SHAPE_CLASSES', 'SEG_CLASSES', 'SEG_PALETTE']
+__all__ = [
+    'generate_demo_data', 'render_demo_image', 'SHAPE_CLASSES', 'SEG_CLASSES',
+    'SEG_PALETTE'
+]

@@ -100,6 +100,26 @@ def _fill(img: np.ndarray, polygon: Polygon, value) -> None:
     cv2.fillPoly(img, [pts], value, lineType=cv2.LINE_8, shift=4)
 
 
+def _render_scene(rng: np.random.Generator, h: int, w: int,
+                  max_objects: int) -> Tuple[np.ndarray, list]:
+    """An RGB scene of non-overlapping shapes and its (kind, polygon)s."""
+    img = _background(rng, h, w)
+    bg_mean = img.reshape(-1, 3).mean(0)
+    shapes = _place_shapes(rng, h, w, max_objects,
+                           (0.1 * min(h, w), 0.25 * min(h, w)))
+    for _, polygon in shapes:
+        _fill(img, polygon, _distinct_colour(rng, bg_mean))
+    return img, shapes
+
+
+def render_demo_image(seed: int = 0,
+                      size: Tuple[int, int] = (224, 224),
+                      max_objects: int = 3) -> np.ndarray:
+    """One demo-style scene as an RGB ``uint8`` array, drawn in memory
+    (e.g. the default input of ``tools/visualize_attention.py``)."""
+    return _render_scene(np.random.default_rng(seed), *size, max_objects)[0]
+
+
 def _write_coco_split(root: str, split: str, num_images: int, seed: int,
                       size: Tuple[int, int], max_objects: int) -> str:
     rng = np.random.default_rng(seed)
@@ -107,12 +127,8 @@ def _write_coco_split(root: str, split: str, num_images: int, seed: int,
     os.makedirs(osp.join(root, split), exist_ok=True)
     images, annotations = [], []
     for image_id in range(1, num_images + 1):
-        img = _background(rng, h, w)
-        bg_mean = img.reshape(-1, 3).mean(0)
-        shapes = _place_shapes(rng, h, w, max_objects,
-                               (0.1 * min(h, w), 0.25 * min(h, w)))
+        img, shapes = _render_scene(rng, h, w, max_objects)
         for kind, polygon in shapes:
-            _fill(img, polygon, _distinct_colour(rng, bg_mean))
             segmentation = [polygon.reshape(-1).round(2).tolist()]
             # As in COCO: the box bounds the polygon, the area is the
             # polygon's rasterised area.
