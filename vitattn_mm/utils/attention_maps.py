@@ -1,0 +1,309 @@
+"""Where one query token looks: attention distributions of each family's
+layer beside their softmax counterparts, for ``tools/visualize_attention.py``.
+
+Each ``*_maps`` function runs a backbone once on an image, captures the
+chosen layer's own queries and keys (hooks and the module's own functions,
+so the maps follow the implementation) and returns :class:`AttentionMap` s:
+for the query token under ``point``, a distribution over the layer's key
+grid. The softmax counterparts use the *same* projections, so a panel pair
+differs only in the similarity function (as in the FLatten paper's Fig. 3).
+How each map is defined is explained in docs/attention_maps.md.
+"""
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+Grid = Tuple[int, int]
+
+
+@dataclass
+class AttentionMap:
+    """One query's distribution over a key grid.
+
+    Args:
+        title (str): Panel title.
+        weights (Tensor): ``(H_k, W_k)``, non-negative, sums to 1.
+        query (tuple[int, int]): (row, col) of the query token on its grid.
+        query_grid (tuple[int, int]): Grid of the layer's queries.
+        note (str): What the map is, for the caption. Default: ''.
+    """
+    title: str
+    weights: torch.Tensor
+    query: Grid
+    query_grid: Grid
+    note: str = ''
+
+
+def query_token(point: Sequence[float], image_hw: Grid, grid: Grid) -> Grid:
+    """(row, col) of the token of ``grid`` covering pixel ``point`` (x, y)
+    of an ``image_hw`` image."""
+    x, y = point
+    return (min(int(y * grid[0] / image_hw[0]), grid[0] - 1),
+            min(int(x * grid[1] / image_hw[1]), grid[1] - 1))
+
+
+def _split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``(B, N, C)`` -> ``(B, heads, N, C / heads)``."""
+    B, N, C = x.shape
+    return x.reshape(B, N, num_heads, C // num_heads).transpose(1, 2)
+
+
+def _reduce_heads(probs: torch.Tensor, head: Optional[int]) -> torch.Tensor:
+    """``(heads, N_k)`` rows -> one row: the mean over heads, or one head."""
+    row = probs.mean(0) if head is None else probs[head]
+    return row / row.sum()
+
+
+def _to_map(row: torch.Tensor, key_grid: Grid) -> torch.Tensor:
+    return row.detach().float().reshape(key_grid).cpu()
+
+
+@contextlib.contextmanager
+def _capture(module: nn.Module, store: dict,
+             with_output: bool = False) -> Iterator[None]:
+    """Record the positional arguments (and output) of ``module``'s calls."""
+
+    def hook(_, args, *output):
+        store['args'] = args
+        if with_output:
+            store['output'] = output[0]
+
+    handle = (module.register_forward_hook(hook) if with_output else
+              module.register_forward_pre_hook(hook))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@contextlib.contextmanager
+def _wrap_method(module: nn.Module, name: str,
+                 store: dict) -> Iterator[None]:
+    """Record the arguments of ``module.<name>`` calls (instance patch)."""
+    original = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        store[name] = args
+        return original(*args, **kwargs)
+
+    setattr(module, name, wrapper)
+    try:
+        yield
+    finally:
+        delattr(module, name)
+
+
+def _softmax_rows(q: torch.Tensor, k: torch.Tensor, qi: int,
+                  scale: float,
+                  key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """softmax(q_i k^T * scale) per head: ``(heads, N_k)``."""
+    logits = (q[:, qi:qi + 1] @ k.transpose(-2, -1))[:, 0] * scale
+    if key_mask is not None:
+        logits = logits.masked_fill(~key_mask, float('-inf'))
+    return logits.softmax(-1)
+
+
+def _window_mask(grid: Grid, query: Grid, window: int) -> torch.Tensor:
+    """Keys in the (unshifted, top-left aligned) ``window`` x ``window``
+    window that holds the query, as Swin partitions a map."""
+    rows = torch.arange(grid[0]) // window == query[0] // window
+    cols = torch.arange(grid[1]) // window == query[1] // window
+    return (rows[:, None] & cols[None, :]).reshape(-1)
+
+
+@torch.no_grad()
+def flatten_maps(model: nn.Module, image: torch.Tensor,
+                 point: Sequence[float], stage: int = 0, block: int = 0,
+                 head: Optional[int] = None,
+                 window: int = 7) -> List[AttentionMap]:
+    """Focused linear attention of a ``FLattenSwinTransformer`` /
+    ``FLattenPVT`` layer, and softmax over the same q and k: global, and in
+    Swin's ``window`` x ``window`` window."""
+    attn = model.stages[stage]['blocks'][block].attn
+    store = {}
+    with _capture(attn, store), _wrap_method(attn, 'attend', store):
+        model(image)
+    hw = tuple(store['args'][1])
+    q, k, _ = store['attend']  # k carries the positional encoding
+    key_grid = hw if attn.sr_ratio == 1 else tuple(
+        max(s // attn.sr_ratio, 1) for s in hw)
+    if q.shape[1] != hw[0] * hw[1] or k.shape[1] != key_grid[0] * key_grid[1]:
+        raise ValueError('focused linear attention runs in windows here: '
+                         'build the model with flatten_window_size=None')
+    query = query_token(point, image.shape[-2:], hw)
+    qi = query[0] * hw[1] + query[1]
+
+    # The module's own feature map (ReLU, learned scale, focusing, p = 3).
+    scale = F.softplus(attn.scale.float())
+    qf = attn.focus((F.relu(q.float()) + 1e-6) / scale)
+    kf = attn.focus((F.relu(k.float()) + 1e-6) / scale)
+    qf, kf = (_split_heads(t, attn.num_heads)[0] for t in (qf, kf))
+    sim = (qf[:, qi:qi + 1] @ kf.transpose(-2, -1))[:, 0]
+    focused = sim / sim.sum(-1, keepdim=True)
+
+    qh, kh = (_split_heads(t.float(), attn.num_heads)[0] for t in (q, k))
+    dot_scale = attn.head_dims**-0.5
+    softmax = _softmax_rows(qh, kh, qi, dot_scale)
+    maps = [
+        AttentionMap('FLatten: focused linear', _to_map(
+            _reduce_heads(focused, head), key_grid), query, hw,
+                     'phi_p(q) phi_p(k)^T / sum; the DWC branch is not an '
+                     'attention distribution and is left out'),
+        AttentionMap('softmax, global (same q, k)', _to_map(
+            _reduce_heads(softmax, head), key_grid), query, hw),
+    ]
+    if attn.sr_ratio == 1:
+        local = _softmax_rows(qh, kh, qi, dot_scale,
+                              _window_mask(hw, query, window))
+        maps.append(
+            AttentionMap(f'softmax, {window}x{window} window (same q, k)',
+                         _to_map(_reduce_heads(local, head), key_grid),
+                         query, hw))
+    return maps
+
+
+def _influence(branch: Callable[[torch.Tensor], torch.Tensor],
+               x: torch.Tensor, qi: int, probes: int = 8) -> torch.Tensor:
+    """How much each input token moves the query token's output:
+    ``E_u ||d(u . y_qi) / d x_j||`` over random unit vectors ``u``."""
+    x = x.detach().requires_grad_(True)
+    with torch.enable_grad():
+        y = branch(x)[0, qi]
+        generator = torch.Generator().manual_seed(0)
+        total = torch.zeros(x.shape[1])
+        for _ in range(probes):
+            u = torch.randn(y.shape, generator=generator)
+            grad, = torch.autograd.grad(y @ (u / u.norm()), x,
+                                        retain_graph=True)
+            total += grad[0].norm(dim=-1)
+    return total / total.sum()
+
+
+@torch.no_grad()
+def l2vit_maps(model: nn.Module, image: torch.Tensor,
+               point: Sequence[float], stage: int = 0,
+               block: Optional[int] = None,
+               head: Optional[int] = None) -> List[AttentionMap]:
+    """Linear global attention of an ``L2ViT`` LGA block without the LCM
+    (its weights), and the input influence on the query's output of the
+    attention branch alone and of attention + LCM."""
+    blocks = model.stages[stage]
+    if block is None:  # the stage's first LGA block
+        block = next(i for i, b in enumerate(blocks) if hasattr(b, 'local_mp'))
+    lga = blocks[block]
+    if not hasattr(lga, 'local_mp'):
+        raise ValueError(f'block {block} of stage {stage} is a local window '
+                         'attention block; pick an LGA (odd) block')
+    store = {}
+    with _capture(lga, store):
+        model(image)
+    x, hw = store['args'][0], tuple(store['args'][1])
+    query = query_token(point, image.shape[-2:], hw)
+    qi = query[0] * hw[1] + query[1]
+
+    attn = lga.attn
+    x = lga.cpe[0](x, hw)
+    B, N, C = x.shape
+    qkv = attn.qkv(lga.norm1(x)).reshape(B, N, 3, attn.num_heads, -1)
+    q, k = F.relu(qkv[0, :, 0].transpose(0, 1)), F.relu(
+        qkv[0, :, 1].transpose(0, 1))
+    sim = (q[:, qi:qi + 1] @ k.transpose(-2, -1))[:, 0]
+    denominator = sim.sum(-1, keepdim=True)
+    weights = sim / denominator.clamp(min=attn.denominator_min)
+    kept = float(weights.sum(-1).mean())
+
+    def attention_branch(t):
+        return attn(lga.norm1(t))
+
+    def attention_and_lcm(t):
+        # The block's two residual branches (its identity path left out).
+        out = attn(lga.norm1(t))
+        return out + lga.local_mp(lga.norm3(t + out), hw)
+
+    return [
+        AttentionMap(f'L2ViT: linear attention (mass {kept:.2f})', _to_map(
+            _reduce_heads(weights, head), hw), query, hw,
+                     'relu(q) relu(k)^T / max(sum, 100), shown normalised'),
+        AttentionMap('L2ViT: attention branch, input influence',
+                     _to_map(_influence(attention_branch, x, qi), hw),
+                     query, hw),
+        AttentionMap('L2ViT: attention + LCM, input influence',
+                     _to_map(_influence(attention_and_lcm, x, qi), hw),
+                     query, hw),
+    ]
+
+
+@torch.no_grad()
+def msf_maps(model: nn.Module, image: torch.Tensor,
+             point: Sequence[float], block: int = 0,
+             head: Optional[int] = None) -> List[AttentionMap]:
+    """Gaussian-kernel (mean-shift) attention of an ``MSFViT`` block and
+    dot-product softmax over the same q and k."""
+    attn = model.blocks[block].attn
+    if not attn.mean_shift:
+        raise ValueError('the model has softmax attention (mean_shift=False)')
+    store = {}
+    with _capture(attn, store):
+        model(image)
+    x = store['args'][0]
+    patch = model.min_input_size  # the patch size
+    hw = tuple(-(-s // patch) for s in image.shape[-2:])
+    if hw[0] * hw[1] != x.shape[1]:
+        raise ValueError(f'cannot infer the token grid of {x.shape[1]} '
+                         f'tokens for a {tuple(image.shape[-2:])} image')
+    query = query_token(point, image.shape[-2:], hw)
+    qi = query[0] * hw[1] + query[1]
+    B, N, _ = x.shape
+    parts = attn.qkv(x).view(B, N, attn.num_parts, attn.num_heads,
+                             attn.head_dims).permute(2, 0, 3, 1, 4)
+    q, k = parts[0][0].float(), parts[1][0].float()
+    dot = _softmax_rows(q, k, qi, attn.scale)
+    # -||q - k||^2 / 2: the ||q||^2 term is constant per query and cancels.
+    gauss = ((q[:, qi:qi + 1] @ k.transpose(-2, -1))[:, 0] -
+             k.pow(2).sum(-1) / 2) * attn.scale
+    return [
+        AttentionMap('MSF: Gaussian kernel', _to_map(
+            _reduce_heads(gauss.softmax(-1), head), hw), query, hw,
+                     'softmax(-||q - k||^2 / 2 d^-1/2)'),
+        AttentionMap('softmax, dot product (same q, k)', _to_map(
+            _reduce_heads(dot, head), hw), query, hw),
+    ]
+
+
+@torch.no_grad()
+def lavit_maps(model: nn.Module, image: torch.Tensor,
+               point: Sequence[float], stage: Optional[int] = None,
+               head: Optional[int] = None) -> List[AttentionMap]:
+    """A ``LaViT`` stage's last Vanilla-Attention map and the first
+    Less-Attention layer's transformed map that reuses it."""
+    if stage is None:  # the first stage with a Less-Attention layer
+        stage = next(i for i, s in enumerate(model.stages)
+                     if any(b.reuses_attention for b in s['blocks']))
+    blocks = model.stages[stage]['blocks']
+    la = next((j for j, b in enumerate(blocks) if b.reuses_attention), None)
+    if not la:
+        raise ValueError(f'stage {stage} has no Less-Attention layer after '
+                         'a Vanilla-Attention one')
+    va_store, la_store = {}, {}
+    with _capture(blocks[la - 1].attn, va_store, with_output=True), \
+            _capture(blocks[la].attn, la_store, with_output=True):
+        model(image)
+    hw = tuple(va_store['args'][1])
+    _, kv_hw = blocks[la].attn.reduce(la_store['args'][0], hw)
+    query = query_token(point, image.shape[-2:], hw)
+    qi = query[0] * hw[1] + query[1]
+    maps = []
+    for title, store, note in (
+        (f'LaViT: VA layer {la - 1}', va_store, ''),
+        (f'LaViT: LA layer {la} (transformed)', la_store,
+         'the VA map until trained (identity-initialised transform)'),
+    ):
+        probs = store['output'][1][0, :, qi].float().softmax(-1)
+        maps.append(
+            AttentionMap(title, _to_map(_reduce_heads(probs, head),
+                                        tuple(kv_hw)), query, hw, note))
+    return maps
