@@ -14,6 +14,7 @@ import argparse
 import os
 import os.path as osp
 import platform
+import re
 import sys
 
 import torch
@@ -60,8 +61,14 @@ def parse_args():
 def machine() -> str:
     if torch.cuda.is_available():
         return f'{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})'
-    return (f'{platform.processor() or platform.machine()}, '
-            f'{torch.get_num_threads()} threads, torch {torch.__version__}')
+    cpu = platform.processor() or platform.machine()
+    try:  # the model name says more than the architecture
+        with open('/proc/cpuinfo') as f:
+            cpu = re.search(r'model name\s*:\s*(.+)', f.read()).group(1)
+    except (OSError, AttributeError):
+        pass
+    return (f'{cpu} ({os.cpu_count()} cores), {torch.get_num_threads()} '
+            f'threads, torch {torch.__version__}')
 
 
 def report(results, baseline, unit_ms=True):

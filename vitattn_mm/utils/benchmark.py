@@ -7,6 +7,7 @@ pass needs above the resident model: ``torch.cuda.max_memory_allocated`` on
 a GPU; on Linux CPUs the process' peak resident set (``VmHWM``, reset
 through ``/proc/self/clear_refs`` before each pass).
 """
+import ctypes
 import gc
 import json
 import os
@@ -108,7 +109,19 @@ class Measurement:
         return self.shape[0] * self.shape[1]
 
 
+def _release_freed_memory() -> None:
+    """Hand freed heap pages back to the OS, so that the resident set (and
+    its high-water mark) measures what the next run allocates rather than
+    what earlier models left cached in the allocator."""
+    gc.collect()
+    try:
+        ctypes.CDLL('libc.so.6').malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def _cpu_peak_rss_reset() -> Optional[int]:
+    _release_freed_memory()
     try:
         with open('/proc/self/clear_refs', 'w') as f:
             f.write('5')
