@@ -59,35 +59,39 @@ def parse_args():
 
 
 def expand(paths):
-    configs, entries = [], []
+    """Zoo entries to count, in order: every model of a metafile (a config
+    listed by several families' metafiles appears under each), or a config
+    with its paper numbers where its folder's metafile has them."""
+    entries = []
     for pattern in paths:
         matches = sorted(glob.glob(pattern)) or [pattern]
         for path in matches:
             if not osp.isfile(path):
                 sys.exit(f'get_flops.py: no such file: {path}')
             if path.endswith(('.yml', '.yaml')):
-                found = load_metafiles([path])
-                entries.extend(found)
-                configs.extend(e.config for e in found)
+                entries.extend(load_metafiles([path]))
             else:
-                configs.append(path)
-    return configs, entries
+                entries.extend(entries_for_configs([path], []))
+    return entries
 
 
 def main():
     args = parse_args()
-    configs, meta_entries = expand(args.configs)
-    entries = entries_for_configs(configs, meta_entries)
+    entries = expand(args.configs)
     convention = 'no_attn_matmul' if args.exclude_attn_matmul else 'full'
-    rows = []
+    rows, counted = [], {}
     progress = tqdm(entries, disable=len(entries) < 2, unit='config',
                     file=sys.stderr)
     for entry in progress:
         progress.set_description(entry.name[:40])
-        cfg = Config.fromfile(entry.config)
-        if args.cfg_options:
-            cfg.merge_from_dict(args.cfg_options)
-        result = count_complexity(cfg, args.shape, config_name=entry.config)
+        key = osp.normpath(entry.config)
+        if key not in counted:  # shared baselines are counted once
+            cfg = Config.fromfile(entry.config)
+            if args.cfg_options:
+                cfg.merge_from_dict(args.cfg_options)
+            counted[key] = count_complexity(cfg, args.shape,
+                                            config_name=entry.config)
+        result = counted[key]
         rows.append((entry, result))
         if not args.table:
             tqdm.write(format_complexity(result))
