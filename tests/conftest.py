@@ -17,10 +17,12 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def isolated_default_scope():
-    """Undo default-scope changes (``init_default_scope``, runners) so a
-    test never builds from the registry an earlier test left current."""
+    """Start every test with no default scope (a registry then builds from
+    itself) and undo what the test set (``init_default_scope``, runners),
+    so no test builds from a registry an earlier one left current."""
     from mmengine.registry import DefaultScope
     saved = DefaultScope._instance_dict.copy()
+    DefaultScope._instance_dict.clear()
     yield
     DefaultScope._instance_dict.clear()
     DefaultScope._instance_dict.update(saved)
