@@ -134,6 +134,14 @@ def small_models():
     }
 
 
+def _widths(model):
+    """Channels of each stage (mmpretrain's Swin keeps ``embed_dims`` as
+    the stem width)."""
+    if isinstance(model, FLattenSwinTransformer):
+        return model.num_features
+    return model.embed_dims
+
+
 def _expected_shapes(hw, dims):
     h, w = hw
     shapes = []
@@ -150,7 +158,7 @@ def test_any_input_size(small_models, name, hw):
     with torch.no_grad():
         outs = model(torch.randn(1, 3, *hw))
     assert [tuple(o.shape) for o in outs] == _expected_shapes(
-        hw, model.embed_dims)
+        hw, _widths(model))
     assert all(torch.isfinite(o).all() for o in outs)
 
 
@@ -172,13 +180,13 @@ def test_window_mode_at_pretraining_size_is_the_global_model(small_models):
     with torch.no_grad():
         for a, b in zip(globl(x), windowed(x)):
             assert torch.equal(a, b)
-    block = windowed.stages[1]['blocks'][0]
-    assert block.window_size == (28, 28)
-    assert block.attn.positional_encoding.weight.shape == (1, 784, 32)
+    attn = windowed.stages[1].blocks[0].attn
+    assert attn.window_size == (28, 28)
+    assert attn.positional_encoding.weight.shape == (1, 784, 32)
 
 
 def test_global_mode_resizes_positional_encoding(small_models):
-    attn = small_models['swin'].stages[0]['blocks'][0].attn
+    attn = small_models['swin'].stages[0].blocks[0].attn
     assert attn.positional_encoding.weight.shape == (1, 56 * 56, 16)
     with torch.no_grad():
         resized = attn.positional_encoding((40, 70))
@@ -195,7 +203,7 @@ def test_custom_small_arch_trains_at_demo_size(cls, arch):
     torch.manual_seed(0)
     model = cls(arch=arch, drop_path_rate=0.1).train()
     outs = model(torch.randn(2, 3, 160, 160))
-    assert [o.shape[1] for o in outs] == model.embed_dims
+    assert [o.shape[1] for o in outs] == _widths(model)
     sum(o.mean() for o in outs).backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all()
                for p in model.parameters() if p.requires_grad)
@@ -225,8 +233,9 @@ def test_frozen_stages_and_train_returns_self():
     model = FLattenSwinTransformer(TINY_SWIN, frozen_stages=1)
     assert model.train() is model
     assert not model.patch_embed.training
+    # As mmdet / mmpretrain: a frozen stage takes the merging after it.
     frozen = [model.patch_embed, model.stages[0], model.stages[1],
-              model.norm0, model.norm1]
+              model.stages[1].downsample, model.norm0, model.norm1]
     assert all(not p.requires_grad for m in frozen for p in m.parameters())
     assert all(p.requires_grad for p in model.stages[2].parameters())
     assert model.stages[2].training
@@ -429,9 +438,11 @@ def test_official_checkpoint_fills_every_key(official_files, name, cls,
             official['layers.2.blocks.3.attn.relative_position_bias_table'])
         assert torch.equal(loaded['norm3.weight'], official['norm.weight'])
     else:
-        assert torch.equal(loaded['stages.1.blocks.0.ffn.layers.0.weight'],
-                           official['block2.0.mlp.fc1.weight'][..., None,
-                                                               None])
+        ffn = ('ffn.layers.0.weight' if name == 'pvtv2_b0' else
+               'ffn.layers.0.0.weight')
+        fc1 = official['block2.0.mlp.fc1.weight']
+        assert torch.equal(loaded[f'stages.1.blocks.0.{ffn}'],
+                           fc1[..., None, None] if name == 'pvtv2_b0' else fc1)
         assert torch.equal(
             loaded['stages.3.blocks.1.attn.positional_encoding.weight'],
             official['block4.1.attn.positional_encoding'])
@@ -447,7 +458,7 @@ def test_official_checkpoint_into_detection_layout(official_files):
     assert sorted(swin.load_report.missing) == [
         f'norm{i}.{p}' for i in range(3) for p in ('bias', 'weight')
     ]
-    assert swin.stages[0]['blocks'][0].attn.positional_encoding.weight.shape \
+    assert swin.stages[0].blocks[0].attn.positional_encoding.weight.shape \
         == (1, 96 * 96, 96)
     pvt = _load(FLattenPVT, paths['pvt_t'])
     assert sorted(pvt.load_report.missing) == [
@@ -475,7 +486,7 @@ def test_patch_merging_conversion_matches_official_merge():
     merged = torch.cat([grid[:, 0::2, 0::2], grid[:, 1::2, 0::2],
                         grid[:, 0::2, 1::2], grid[:, 1::2, 1::2]], -1)
     ref = F.linear(F.layer_norm(merged.reshape(2, -1, 32), (32, ), nw, nb), w)
-    ours, hw = model.stages[1]['downsample'](x, (6, 10))
+    ours, hw = model.stages[0].downsample(x, (6, 10))
     assert hw == (3, 5)
     assert torch.allclose(ours, ref, atol=1e-5)
 

@@ -14,8 +14,8 @@ from vitattn_mm.models.backbones.lavit import (AttentionResidual,
                                                DenseAttentionTransform, LaViT,
                                                LessAttention,
                                                VanillaAttention,
-                                               diagonality_preserving_loss,
-                                               reduced_grid)
+                                               diagonality_preserving_loss)
+from vitattn_mm.models.layers import grid_after_stride
 
 # Small widths. Stage 2 starts with a fused-attention VA layer (the
 # residual enters as its mask), stage 3 has a VA layer then two chained LA
@@ -483,7 +483,7 @@ def test_any_input_size(hw):
     outs = model(torch.randn(1, 3, *hw))
     grid = hw
     for i, out in enumerate(outs):
-        grid = reduced_grid(grid, 4 if i == 0 else 2)
+        grid = grid_after_stride(grid, 4 if i == 0 else 2)
         assert out.shape == (1, TINY['embed_dims'][i], *grid)
     assert torch.isfinite(model.pop_aux_losses()['loss_dp'])
 

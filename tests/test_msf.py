@@ -240,7 +240,7 @@ def test_params_match_paper_table6(row):
         else:
             backbone = MSFSwinTransformer(arch, mean_shift=mean_shift,
                                           groups=groups, out_indices=3)
-            channels = backbone.embed_dims[-1]
+            channels = backbone.num_features[-1]
     params = sum(p.numel() for p in backbone.parameters())
     params = (params + channels * 1000 + 1000) / 1e6  # + linear head
     assert params == pytest.approx(TABLE6[row], rel=0.01)
@@ -508,8 +508,9 @@ def test_converter_output_loads_strictly_into_the_classifier():
 def test_frozen_stages_and_train_mode():
     swin = MSFSwinTransformer(TINY_SWIN, frozen_stages=1)
     assert swin.train() is swin
+    # As mmdet / mmpretrain: a frozen stage takes the merging after it.
     frozen = [swin.patch_embed, swin.stages[0], swin.stages[1],
-              swin.downsamples[0], swin.norm0, swin.norm1]
+              swin.stages[1].downsample, swin.norm0, swin.norm1]
     for module in frozen:
         assert not module.training
         assert not any(p.requires_grad for p in module.parameters())

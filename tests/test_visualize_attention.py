@@ -41,7 +41,7 @@ def test_flatten_maps_match_the_explicit_focused_form():
 
     # Explicit form: the query's row of phi(Q) phi(K)^T for head 1, from a
     # hand-computed focusing function and the module's q / kv projections.
-    attn = model.stages[0]['blocks'][0].attn
+    attn = model.stages[0].blocks[0].attn
     tokens = {}
     attn.register_forward_pre_hook(lambda m, a: tokens.update(x=a[0]))
     with torch.no_grad():

@@ -48,3 +48,10 @@ def register_model(cls=None, *, name=None):
         return klass
 
     return _register if cls is None else _register(cls)
+
+
+#: Attention modules by name: what a skeleton's ``attn_cfgs`` name by
+#: ``type``. Token attentions (``forward(x, hw_shape)``) and window
+#: attentions (``forward(windows, mask=None)``, run inside mmpretrain's
+#: ``ShiftWindowMSA``) both live here; see docs/adding_an_attention.md.
+ATTENTIONS = Registry('attention', scope='vitattn_mm')

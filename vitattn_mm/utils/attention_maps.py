@@ -2,10 +2,10 @@
 layer beside their softmax counterparts, for ``tools/visualize_attention.py``.
 
 Each ``*_maps`` function runs a backbone once on an image, captures the
-chosen layer's own queries and keys (hooks and the module's own functions,
-so the maps follow the implementation) and returns :class:`AttentionMap` s:
-for the query token under ``point``, a distribution over the layer's key
-grid. The softmax counterparts use the *same* projections, so a panel pair
+chosen attention module's input and asks the module where the query token
+under ``point`` looks (``query_attention``, each family's own formula, so
+the maps follow the implementation); it returns :class:`AttentionMap` s,
+distributions over the layer's key grid. The softmax counterparts use the *same* projections, so a panel pair
 differs only in the similarity function (as in the FLatten paper's Fig. 3).
 How each map is defined is explained in docs/attention_maps.md.
 """
@@ -15,7 +15,9 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from ..models.backbones.l2vit import LGABlock
+from ..models.layers import QueryAttention
 
 Grid = Tuple[int, int]
 
@@ -46,12 +48,6 @@ def query_token(point: Sequence[float], image_hw: Grid, grid: Grid) -> Grid:
             min(int(x * grid[1] / image_hw[1]), grid[1] - 1))
 
 
-def _split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``(B, N, C)`` -> ``(B, heads, N, C / heads)``."""
-    B, N, C = x.shape
-    return x.reshape(B, N, num_heads, C // num_heads).transpose(1, 2)
-
-
 def _reduce_heads(probs: torch.Tensor, head: Optional[int]) -> torch.Tensor:
     """``(heads, N_k)`` rows -> one row: the mean over heads, or one head."""
     row = probs.mean(0) if head is None else probs[head]
@@ -80,28 +76,12 @@ def _capture(module: nn.Module, store: dict,
         handle.remove()
 
 
-@contextlib.contextmanager
-def _wrap_method(module: nn.Module, name: str,
-                 store: dict) -> Iterator[None]:
-    """Record the arguments of ``module.<name>`` calls (instance patch)."""
-    original = getattr(module, name)
-
-    def wrapper(*args, **kwargs):
-        store[name] = args
-        return original(*args, **kwargs)
-
-    setattr(module, name, wrapper)
-    try:
-        yield
-    finally:
-        delattr(module, name)
-
-
-def _softmax_rows(q: torch.Tensor, k: torch.Tensor, qi: int,
-                  scale: float,
+def _softmax_rows(own: QueryAttention, qi: int,
                   key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """softmax(q_i k^T * scale) per head: ``(heads, N_k)``."""
-    logits = (q[:, qi:qi + 1] @ k.transpose(-2, -1))[:, 0] * scale
+    """Dot-product softmax over the module's own projections: ``softmax(q_i
+    k^T * scale)`` per head, ``(heads, N_k)``."""
+    logits = (own.query[:, None] @ own.keys.transpose(-2, -1))[:, 0]
+    logits = logits * own.scale
     if key_mask is not None:
         logits = logits.masked_fill(~key_mask, float('-inf'))
     return logits.softmax(-1)
@@ -123,45 +103,28 @@ def flatten_maps(model: nn.Module, image: torch.Tensor,
     """Focused linear attention of a ``FLattenSwinTransformer`` /
     ``FLattenPVT`` layer, and softmax over the same q and k: global, and in
     Swin's ``window`` x ``window`` window."""
-    attn = model.stages[stage]['blocks'][block].attn
+    attn = model.stages[stage].blocks[block].attn
     store = {}
-    with _capture(attn, store), _wrap_method(attn, 'attend', store):
+    with _capture(attn, store):
         model(image)
-    hw = tuple(store['args'][1])
-    q, k, _ = store['attend']  # k carries the positional encoding
-    key_grid = hw if attn.sr_ratio == 1 else tuple(
-        max(s // attn.sr_ratio, 1) for s in hw)
-    if q.shape[1] != hw[0] * hw[1] or k.shape[1] != key_grid[0] * key_grid[1]:
-        raise ValueError('focused linear attention runs in windows here: '
-                         'build the model with flatten_window_size=None')
+    x, hw = store['args'][0], tuple(store['args'][1])
     query = query_token(point, image.shape[-2:], hw)
     qi = query[0] * hw[1] + query[1]
-
-    # The module's own feature map (ReLU, learned scale, focusing, p = 3).
-    scale = F.softplus(attn.scale.float())
-    qf = attn.focus((F.relu(q.float()) + 1e-6) / scale)
-    kf = attn.focus((F.relu(k.float()) + 1e-6) / scale)
-    qf, kf = (_split_heads(t, attn.num_heads)[0] for t in (qf, kf))
-    sim = (qf[:, qi:qi + 1] @ kf.transpose(-2, -1))[:, 0]
-    focused = sim / sim.sum(-1, keepdim=True)
-
-    qh, kh = (_split_heads(t.float(), attn.num_heads)[0] for t in (q, k))
-    dot_scale = attn.head_dims**-0.5
-    softmax = _softmax_rows(qh, kh, qi, dot_scale)
+    own = attn.query_attention(x, hw, qi)
+    softmax = _softmax_rows(own, qi)
     maps = [
         AttentionMap('FLatten: focused linear', _to_map(
-            _reduce_heads(focused, head), key_grid), query, hw,
+            _reduce_heads(own.weights, head), own.key_hw), query, hw,
                      'phi_p(q) phi_p(k)^T / sum; the DWC branch is not an '
                      'attention distribution and is left out'),
         AttentionMap('softmax, global (same q, k)', _to_map(
-            _reduce_heads(softmax, head), key_grid), query, hw),
+            _reduce_heads(softmax, head), own.key_hw), query, hw),
     ]
-    if attn.sr_ratio == 1:
-        local = _softmax_rows(qh, kh, qi, dot_scale,
-                              _window_mask(hw, query, window))
+    if own.key_hw == hw:
+        local = _softmax_rows(own, qi, _window_mask(hw, query, window))
         maps.append(
             AttentionMap(f'softmax, {window}x{window} window (same q, k)',
-                         _to_map(_reduce_heads(local, head), key_grid),
+                         _to_map(_reduce_heads(local, head), own.key_hw),
                          query, hw))
     return maps
 
@@ -193,28 +156,23 @@ def l2vit_maps(model: nn.Module, image: torch.Tensor,
     attention branch alone and of attention + LCM."""
     blocks = model.stages[stage]
     if block is None:  # the stage's first LGA block
-        block = next(i for i, b in enumerate(blocks) if hasattr(b, 'local_mp'))
+        block = next(i for i, b in enumerate(blocks)
+                     if isinstance(b, LGABlock))
     lga = blocks[block]
-    if not hasattr(lga, 'local_mp'):
+    if not isinstance(lga, LGABlock):
         raise ValueError(f'block {block} of stage {stage} is a local window '
                          'attention block; pick an LGA (odd) block')
-    store = {}
-    with _capture(lga, store):
+    store, attn_store = {}, {}
+    with _capture(lga, store), _capture(lga.attn, attn_store):
         model(image)
     x, hw = store['args'][0], tuple(store['args'][1])
     query = query_token(point, image.shape[-2:], hw)
     qi = query[0] * hw[1] + query[1]
 
     attn = lga.attn
-    x = lga.cpe[0](x, hw)
-    B, N, C = x.shape
-    qkv = attn.qkv(lga.norm1(x)).reshape(B, N, 3, attn.num_heads, -1)
-    q, k = F.relu(qkv[0, :, 0].transpose(0, 1)), F.relu(
-        qkv[0, :, 1].transpose(0, 1))
-    sim = (q[:, qi:qi + 1] @ k.transpose(-2, -1))[:, 0]
-    denominator = sim.sum(-1, keepdim=True)
-    weights = sim / denominator.clamp(min=attn.denominator_min)
+    weights = attn.query_attention(attn_store['args'][0], hw, qi).weights
     kept = float(weights.sum(-1).mean())
+    x = lga.cpe[0](x, hw)
 
     def attention_branch(t):
         return attn(lga.norm1(t))
@@ -249,25 +207,14 @@ def msf_maps(model: nn.Module, image: torch.Tensor,
     store = {}
     with _capture(attn, store):
         model(image)
-    x = store['args'][0]
-    patch = model.min_input_size  # the patch size
-    hw = tuple(-(-s // patch) for s in image.shape[-2:])
-    if hw[0] * hw[1] != x.shape[1]:
-        raise ValueError(f'cannot infer the token grid of {x.shape[1]} '
-                         f'tokens for a {tuple(image.shape[-2:])} image')
+    x, hw = store['args'][0], tuple(store['args'][1])
     query = query_token(point, image.shape[-2:], hw)
     qi = query[0] * hw[1] + query[1]
-    B, N, _ = x.shape
-    parts = attn.qkv(x).view(B, N, attn.num_parts, attn.num_heads,
-                             attn.head_dims).permute(2, 0, 3, 1, 4)
-    q, k = parts[0][0].float(), parts[1][0].float()
-    dot = _softmax_rows(q, k, qi, attn.scale)
-    # -||q - k||^2 / 2: the ||q||^2 term is constant per query and cancels.
-    gauss = ((q[:, qi:qi + 1] @ k.transpose(-2, -1))[:, 0] -
-             k.pow(2).sum(-1) / 2) * attn.scale
+    own = attn.query_attention(x, hw, qi)
+    gauss, dot = own.weights, _softmax_rows(own, qi)
     return [
         AttentionMap('MSF: Gaussian kernel', _to_map(
-            _reduce_heads(gauss.softmax(-1), head), hw), query, hw,
+            _reduce_heads(gauss, head), hw), query, hw,
                      'softmax(-||q - k||^2 / 2 d^-1/2)'),
         AttentionMap('softmax, dot product (same q, k)', _to_map(
             _reduce_heads(dot, head), hw), query, hw),

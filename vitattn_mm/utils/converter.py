@@ -4,14 +4,12 @@ import argparse
 import os
 import os.path as osp
 from collections import OrderedDict
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from mmengine.runner.checkpoint import CheckpointLoader
 
-from vitattn_mm.models.layers import unwrap_state_dict
-
-StateDict = Dict[str, torch.Tensor]
+from vitattn_mm.models.layers import StateDict, unwrap_state_dict
 
 
 def to_classifier_keys(state_dict: StateDict,

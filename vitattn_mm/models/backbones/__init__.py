@@ -2,3 +2,5 @@ from .flatten import FLattenPVT, FLattenPVTv2, FLattenSwinTransformer  # noqa: F
 from .l2vit import L2ViT  # noqa: F401
 from .lavit import LaViT  # noqa: F401
 from .msf import MSFSwinTransformer, MSFViT  # noqa: F401
+from .pvt import AttnPVT, AttnPVTv2  # noqa: F401
+from .swin import AttnSwinTransformer  # noqa: F401

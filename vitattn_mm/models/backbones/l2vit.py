@@ -18,7 +18,7 @@ attention whose products run in fp32 under autocast.
 import argparse
 import re
 from collections import OrderedDict
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -32,13 +32,11 @@ from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.utils import ConditionalPositionEncoding
 
-from ...registry import register_model
-from ..layers import (VitAttnBackbone, crop_tokens, freeze_module,
+from ...registry import ATTENTIONS, register_model
+from ..layers import (QueryAttention, StateDict, VitAttnBackbone,
+                      check_heads, crop_tokens, freeze_module,
                       linear_drop_path_rates, pad_to_multiple, to_2tuple_int,
                       window_partition, window_reverse)
-
-StateDict = Dict[str, torch.Tensor]
-
 
 class ConvStem(BaseModule):
     """Two 3x3 stride-2 convolutions, then a LayerNorm on the tokens.
@@ -119,17 +117,21 @@ class ConvDownsample(BaseModule):
         return nchw_to_nlc(x), tuple(x.shape[-2:])
 
 
+@ATTENTIONS.register_module()
 class LocalWindowAttention(BaseModule):
     """Multi-head softmax attention inside each (already partitioned) window.
 
     Swin's window attention without relative position bias (L2ViT encodes
-    positions with CPE) and without shift: ``softmax(q k^T / sqrt(d)) v``
-    through ``F.scaled_dot_product_attention``.
+    positions with CPE) and, in L2ViT, without shift: ``softmax(q k^T /
+    sqrt(d)) v`` through ``F.scaled_dot_product_attention``. As a registered
+    window attention it also runs inside mmpretrain's ``ShiftWindowMSA``.
 
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Attention heads.
         qkv_bias (bool): Bias in the qkv projection. Default: True.
+        window_size (tuple[int, int], optional): Unused (the window
+            attention interface). Default: None.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
@@ -137,25 +139,31 @@ class LocalWindowAttention(BaseModule):
                  embed_dims: int,
                  num_heads: int,
                  qkv_bias: bool = True,
+                 window_size: Optional[Tuple[int, int]] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
-        if embed_dims % num_heads:
-            raise ValueError(f'embed_dims {embed_dims} is not divisible by '
-                             f'num_heads {num_heads}')
+        check_heads(embed_dims, num_heads)
         self.num_heads = num_heads
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
 
-    def forward(self, windows: torch.Tensor) -> torch.Tensor:
-        """``(B * num_windows, N, C)`` -> same shape."""
+    def forward(self,
+                windows: torch.Tensor,
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``(B * num_windows, N, C)`` -> same shape; ``mask``: Swin's
+        ``(num_windows, N, N)`` shift mask when run in ``ShiftWindowMSA``."""
         B, N, C = windows.shape
         qkv = self.qkv(windows).reshape(B, N, 3, self.num_heads,
                                         C // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        x = F.scaled_dot_product_attention(q, k, v)
+        if mask is not None:
+            mask = mask.unsqueeze(1).repeat(B // mask.shape[0], 1, 1, 1)
+            mask = mask.to(q.dtype)
+        x = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(x.transpose(1, 2).reshape(B, N, C))
 
 
+@ATTENTIONS.register_module()
 class LinearGlobalAttention(BaseModule):
     """ReLU linear attention over all tokens, keys and values first.
 
@@ -181,6 +189,8 @@ class LinearGlobalAttention(BaseModule):
         qkv_bias (bool): Bias in the qkv projection. Default: True.
         denominator_min (float): Lower bound of the normaliser.
             Default: 100.
+        grid_size (tuple[int, int], optional): Unused (the token-attention
+            interface of the skeletons). Default: None.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
@@ -189,11 +199,10 @@ class LinearGlobalAttention(BaseModule):
                  num_heads: int,
                  qkv_bias: bool = True,
                  denominator_min: float = 100.,
+                 grid_size: Optional[Tuple[int, int]] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
-        if embed_dims % num_heads:
-            raise ValueError(f'embed_dims {embed_dims} is not divisible by '
-                             f'num_heads {num_heads}')
+        check_heads(embed_dims, num_heads)
         self.num_heads = num_heads
         self.denominator_min = denominator_min
         head_dims = embed_dims // num_heads
@@ -202,8 +211,10 @@ class LinearGlobalAttention(BaseModule):
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, N, C)`` -> same shape."""
+    def forward(self,
+                x: torch.Tensor,
+                hw_shape: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+        """``(B, N, C)`` -> same shape (the grid is not needed)."""
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
@@ -214,6 +225,21 @@ class LinearGlobalAttention(BaseModule):
             out = (q @ kv) / denominator.clamp(min=self.denominator_min)
         out = out.to(qkv.dtype).transpose(1, 2).reshape(B, N, C)
         return self.proj(out)
+
+    @torch.no_grad()
+    def query_attention(self, x: torch.Tensor, hw_shape: Tuple[int, int],
+                        index: int) -> QueryAttention:
+        """``relu(q_i) relu(k)^T / max(sum, denominator_min)`` of query
+        ``index``: its weights sum to less than 1 where the clamp acts."""
+        B, N, C = x[:1].shape
+        qkv = self.qkv(x[:1].float()).reshape(N, 3, self.num_heads, -1)
+        q, k = qkv[:, 0].transpose(0, 1), qkv[:, 1].transpose(0, 1)
+        sim = (F.relu(q[:, index:index + 1]) @ F.relu(k).transpose(-2, -1))
+        sim = sim[:, 0]
+        weights = sim / sim.sum(-1, keepdim=True).clamp(
+            min=self.denominator_min)
+        return QueryAttention(weights, tuple(hw_shape), q[:, index], k,
+                              q.shape[-1]**-0.5)
 
     def extra_repr(self) -> str:
         return (f'num_heads={self.num_heads}, '
@@ -382,7 +408,7 @@ class LGABlock(L2ViTBlock):
     def _forward(self, x: torch.Tensor,
                  hw_shape: Tuple[int, int]) -> torch.Tensor:
         x = self.cpe[0](x, hw_shape)
-        x = x + self.drop_path(self.attn(self.norm1(x)))
+        x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
         x = x + self.drop_path(self.local_mp(self.norm3(x), hw_shape))
         return self.ffn(self.norm2(x), identity=x)
 
@@ -476,9 +502,6 @@ class L2ViT(VitAttnBackbone):
         arch = self.parse_arch(arch)
         embed_dims, depths = arch['embed_dims'], arch['depths']
         num_stages = len(depths)
-        for key in ('embed_dims', 'num_heads'):
-            if len(arch[key]) != num_stages:
-                raise ValueError(f'arch {key} needs one entry per stage')
         self.embed_dims = embed_dims
         self.out_indices = self.normalize_out_indices(out_indices,
                                                       num_stages)

@@ -36,17 +36,12 @@ from mmpretrain.models.utils import LayerScale
 
 from ...registry import register_model
 from ..aux_loss import AuxLossBackbone
-from ..layers import (ResizablePosEmbed, VitAttnBackbone, freeze_module,
-                      init_linear_and_norm, linear_drop_path_rates,
-                      to_2tuple_int)
+from ..layers import (ResizablePosEmbed, VitAttnBackbone, check_heads,
+                      freeze_module, grid_after_stride, init_linear_and_norm,
+                      linear_drop_path_rates, to_2tuple_int)
+from .pvt import PVT_WIDTHS
 
 Grid = Tuple[int, int]
-
-
-def reduced_grid(hw_shape: Sequence[int], ratio: int) -> Grid:
-    """Grid after a stride-``ratio`` patch embedding / spatial reduction
-    with corner padding (partial patches at the bottom and right count)."""
-    return tuple(math.ceil(s / ratio) for s in hw_shape)
 
 
 # --------------------------------------------------------------- transforms
@@ -177,9 +172,7 @@ class SpatialReductionAttention(BaseModule):
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int):
         super().__init__()
-        if embed_dims % num_heads:
-            raise ValueError(f'embed_dims {embed_dims} is not divisible by '
-                             f'num_heads {num_heads}')
+        check_heads(embed_dims, num_heads)
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.sr_ratio = sr_ratio
@@ -447,12 +440,6 @@ class LaViTBlock(BaseModule):
 
 
 # ---------------------------------------------------------------- backbone
-_PVT_WIDTHS = dict(
-    embed_dims=[64, 128, 320, 512],
-    num_heads=[1, 2, 5, 8],
-    mlp_ratios=[8, 8, 4, 4])
-
-
 @register_model
 class LaViT(AuxLossBackbone, VitAttnBackbone):
     """LaViT backbone: PVT with Less-Attention layers (paper Table 1).
@@ -508,11 +495,11 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
     """
     arch_zoo = {
         ('t', 'tiny'): dict(depths=[2, 2, 2, 2], la_start=[0, 0, 2, 2],
-                            **_PVT_WIDTHS),
+                            **PVT_WIDTHS),
         ('s', 'small'): dict(depths=[3, 4, 6, 3], la_start=[0, 0, 3, 2],
-                             **_PVT_WIDTHS),
+                             **PVT_WIDTHS),
         ('b', 'base'): dict(depths=[3, 3, 18, 3], la_start=[0, 2, 4, 3],
-                            **_PVT_WIDTHS),
+                            **PVT_WIDTHS),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios',
                  'la_start')
@@ -542,9 +529,6 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
         depths, embed_dims = arch['depths'], arch['embed_dims']
         num_heads = arch['num_heads']
         num_stages = len(depths)
-        for key in self.arch_keys:
-            if len(arch[key]) != num_stages:
-                raise ValueError(f'arch {key} needs one entry per stage')
         if len(sr_ratios) != num_stages or num_stages != len(self.strides):
             raise ValueError(f'LaViT has {len(self.strides)} stages; '
                              'sr_ratios and the arch need one entry each')
@@ -583,7 +567,7 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
                 stride=self.strides[i],
                 padding='corner',
                 norm_cfg=dict(type='LN'))
-            grid = reduced_grid(grid, self.strides[i])
+            grid = grid_after_stride(grid, self.strides[i])
             stage['pos_embed'] = ResizablePosEmbed(embed_dims[i], grid)
             if attn_residual and i > 0:
                 stage['attn_residual'] = AttentionResidual(
@@ -601,7 +585,7 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
                             num_heads[i], la_kernel_size)
                     else:
                         transform = DenseAttentionTransform(
-                            grid, reduced_grid(grid, sr_ratios[i]), img_size)
+                            grid, grid_after_stride(grid, sr_ratios[i]), img_size)
                     attn = LessAttention(embed_dims[i], num_heads[i],
                                          sr_ratios[i], transform, qkv_bias)
                 else:
@@ -644,7 +628,7 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
                 if block.reuses_attention:
                     x, logits = block(x, hw_shape, logits)
                     la_maps.append((logits, hw_shape,
-                                    reduced_grid(hw_shape,
+                                    grid_after_stride(hw_shape,
                                                  self.sr_ratios[i])))
                 else:
                     x, logits = block(x, hw_shape,

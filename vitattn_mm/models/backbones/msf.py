@@ -13,25 +13,21 @@ either backbone into the paper's softmax baseline with the same layout.
 import math
 import re
 from collections import OrderedDict
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks import DropPath
-from mmcv.cnn.bricks.transformer import FFN, PatchEmbed, PatchMerging
 from mmdet.models.layers import nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
-from mmpretrain.models.backbones.swin_transformer import SwinBlock
 
-from ...registry import register_model
-from ..layers import (RelativePositionBias, ResizablePosEmbed,
-                      VitAttnBackbone, freeze_module, init_linear_and_norm,
+from ...registry import ATTENTIONS, register_model
+from ..layers import (QueryAttention, RelativePositionBias,
+                      ResizablePosEmbed, StateDict, TransformerBlock,
+                      VitAttnBackbone, check_heads, freeze_module,
                       linear_drop_path_rates, to_2tuple_int)
-
-StateDict = Dict[str, torch.Tensor]
+from .swin import AttnSwinTransformer
 
 
 class GroupedLinear(nn.Linear):
@@ -99,6 +95,7 @@ class GroupedLinear(nn.Linear):
                 f'mode={self.mode!r}')
 
 
+@ATTENTIONS.register_module()
 class MeanShiftAttention(BaseModule):
     """Mean-shift feature (MSF) attention (paper Eq. 12), or plain softmax
     attention with the same layout.
@@ -118,7 +115,9 @@ class MeanShiftAttention(BaseModule):
 
     ``B`` is Swin's learned relative position bias plus the shift mask when
     ``window_size`` is given; the module is then a ``window_msa`` for
-    mmpretrain's ``ShiftWindowMSA``. Without it the attention is global.
+    mmpretrain's ``ShiftWindowMSA`` (``forward(windows, mask=mask)``).
+    Without it the attention is global, a token attention
+    (``forward(x, hw_shape)``; the grid is not needed).
 
     ``fused=True`` runs ``F.scaled_dot_product_attention`` with the key-norm
     term folded into the additive bias (a ``(B, H, 1, N)`` broadcast for
@@ -138,6 +137,8 @@ class MeanShiftAttention(BaseModule):
         qkv_bias (bool): Bias in ``qkv``. Default: True.
         proj_bias (bool): Bias in ``proj``. Default: True.
         fused (bool): Use scaled_dot_product_attention. Default: True.
+        grid_size (tuple[int, int], optional): Unused (the token-attention
+            interface of the skeletons). Default: None.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
@@ -151,14 +152,12 @@ class MeanShiftAttention(BaseModule):
                  qkv_bias: bool = True,
                  proj_bias: bool = True,
                  fused: bool = True,
+                 grid_size: Optional[Tuple[int, int]] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
-        if embed_dims % num_heads:
-            raise ValueError(f'embed_dims {embed_dims} is not divisible by '
-                             f'num_heads {num_heads}')
+        self.head_dims = check_heads(embed_dims, num_heads)
         self.embed_dims = embed_dims
         self.num_heads = num_heads
-        self.head_dims = embed_dims // num_heads
         self.scale = self.head_dims**-0.5
         self.mean_shift = mean_shift
         self.fused = fused
@@ -195,16 +194,16 @@ class MeanShiftAttention(BaseModule):
 
     def forward(self,
                 x: torch.Tensor,
+                hw_shape: Optional[Tuple[int, int]] = None,
                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``(B, N, C)`` tokens (windows or whole maps) -> same shape."""
+        """``(B, N, C)`` tokens (windows or whole maps) -> same shape.
+
+        ``hw_shape`` is not needed; ``mask`` is Swin's shift mask.
+        """
         B, N, C = x.shape
-        parts = self.qkv(x).view(B, N, self.num_parts, self.num_heads,
-                                 self.head_dims).permute(2, 0, 3, 1, 4)
+        parts = self._split(x)
         q, k, v = parts[0], parts[1], parts[2]
-        bias = self.attention_bias(B, mask)
-        if self.mean_shift:
-            key_bias = k.pow(2).sum(-1).unsqueeze(-2) * (-0.5 * self.scale)
-            bias = key_bias if bias is None else bias + key_bias
+        bias = self._logit_bias(k, self.attention_bias(B, mask))
         if self.fused:
             out = F.scaled_dot_product_attention(
                 q,
@@ -220,6 +219,38 @@ class MeanShiftAttention(BaseModule):
         if self.mean_shift:
             out = out - parts[3]
         return self.proj(out.transpose(1, 2).reshape(B, N, C))
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        """q, k, v (and p) of ``(B, N, C)`` tokens: ``(parts, B, heads, N,
+        d)``."""
+        B, N, _ = x.shape
+        return self.qkv(x).view(B, N, self.num_parts, self.num_heads,
+                                self.head_dims).permute(2, 0, 3, 1, 4)
+
+    def _logit_bias(self, k: torch.Tensor,
+                    bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """Adds MSF's key-norm term ``-||k||^2 / 2 d^-1/2`` to ``bias``."""
+        if not self.mean_shift:
+            return bias
+        key_bias = k.pow(2).sum(-1).unsqueeze(-2) * (-0.5 * self.scale)
+        return key_bias if bias is None else bias + key_bias
+
+    @torch.no_grad()
+    def query_attention(self, x: torch.Tensor, hw_shape: Tuple[int, int],
+                        index: int) -> QueryAttention:
+        """The softmax weights of query ``index`` (Gaussian kernel, or dot
+        product with ``mean_shift=False``) over the whole map."""
+        if self.relative_position_bias is not None:
+            raise ValueError('a window attention (inside ShiftWindowMSA) has '
+                             'no map-wide distribution to draw')
+        parts = self._split(x[:1].float())
+        q, k = parts[0][0], parts[1][0]
+        logits = (q[:, index:index + 1] * self.scale) @ k.transpose(-2, -1)
+        bias = self._logit_bias(k, None)
+        if bias is not None:
+            logits = logits + bias
+        return QueryAttention(logits[:, 0].softmax(-1), tuple(hw_shape),
+                              q[:, index], k, self.scale)
 
     def extra_repr(self) -> str:
         return (f'embed_dims={self.embed_dims}, num_heads={self.num_heads}, '
@@ -291,58 +322,13 @@ class PixelNormPatchEmbed(BaseModule):
         return self.norm(self.projection(self.pixel_norm(x))), (h, w)
 
 
-class MSFViTBlock(BaseModule):
-    """Pre-norm transformer block with global MSF (or softmax) attention:
-    ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))``.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        ffn_ratio (float): FFN hidden channels / C. Default: 4.
-        drop_path (float): Stochastic depth rate. Default: 0.
-        norm_cfg (dict): Norm layers. Default: ``dict(type='LN')``.
-        **attn_kwargs: :class:`MeanShiftAttention` arguments
-            (``mean_shift``, ``groups``, ``qkv_bias``, ...).
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 ffn_ratio: float = 4.,
-                 drop_path: float = 0.,
-                 norm_cfg: dict = dict(type='LN'),
-                 **attn_kwargs):
-        super().__init__()
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = MeanShiftAttention(embed_dims, num_heads, **attn_kwargs)
-        self.drop_path = DropPath(drop_path) if drop_path else nn.Identity()
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = FFN(
-            embed_dims,
-            int(embed_dims * ffn_ratio),
-            act_cfg=dict(type='GELU'),
-            dropout_layer=dict(type='DropPath', drop_prob=drop_path))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x)))
-        return self.ffn(self.norm2(x), identity=x)
-
-
-def _run_block(block: nn.Module, with_cp: bool, x: torch.Tensor, *args):
-    """``block(x, *args)``, gradient-checkpointed when asked and useful."""
-    if with_cp and x.requires_grad:
-        return cp.checkpoint(block, x, *args, use_reentrant=False)
-    return block(x, *args)
-
-
 @register_model
-class MSFSwinTransformer(VitAttnBackbone):
+class MSFSwinTransformer(AttnSwinTransformer):
     """Swin Transformer with MSF attention in every window (paper Table 6).
 
-    Swin's layout (patch embedding, patch merging, blocks alternating
-    regular and shifted 7x7 windows with relative position bias) with
-    :class:`MeanShiftAttention` as the window attention of every block
-    (mmpretrain's ``SwinBlock`` / ``ShiftWindowMSA`` around it).
+    :class:`AttnSwinTransformer` with :class:`MeanShiftAttention` as the
+    window attention of every stage (inside mmpretrain's
+    ``ShiftWindowMSA``, with Swin's relative position bias and shift mask).
     ``mean_shift=False`` gives Swin itself (the paper's "Orig." rows);
     ``groups=2`` the "MSF w/ 2-group" rows.
 
@@ -350,142 +336,38 @@ class MSFSwinTransformer(VitAttnBackbone):
         arch (str | dict): 'tiny' or 'small' (or 't', 's'), or a dict with
             ``embed_dims`` (int), ``depths`` and ``num_heads`` (one per
             stage). Default: 'tiny'.
-        in_channels (int): Input channels. Default: 3.
-        patch_size (int): Stem patch size. Default: 4.
-        window_size (int): Attention window. Default: 7.
-        mlp_ratio (float): FFN hidden channels / C. Default: 4.
         mean_shift (bool): MSF attention; False for Swin's softmax
             attention. Default: True.
         groups (int): Groups of the q/k/v/p projection. Default: 1.
         group_mode (str): 'interleave' (the paper's) or 'block'.
             Default: 'interleave'.
-        qkv_bias (bool): Bias in the q/k/v/p projection. Default: True.
         fused (bool): Fused attention kernel. Default: True.
-        drop_path_rate (float): Stochastic depth rate. Default: 0.1.
-        out_indices (Sequence[int] | int): Output stages.
-            Default: (0, 1, 2, 3).
-        pad_small_map (bool): Pad maps smaller than the window (and keep
-            shifting), as dense prediction needs. False follows the
-            official classification behaviour (a map equal to the window is
-            not shifted). Default: True.
-        norm_cfg (dict): Norm layers. Default: ``dict(type='LN')``.
-        with_cp (bool): Gradient checkpointing per block. Default: False.
-        frozen_stages (int): Stages to freeze (-1: none). Default: -1.
-        norm_eval (bool): Keep BatchNorm in eval mode. Default: False.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...)``
-            loads weights. Default: None.
+        **kwargs: :class:`AttnSwinTransformer` arguments (``window_size``,
+            ``mlp_ratio``, ``qkv_bias``, ``drop_path_rate``,
+            ``out_indices``, ``pad_small_map``, ``with_cp``,
+            ``frozen_stages``, ``init_cfg``, mmdet's names...).
     """
     arch_zoo = {
-        ('t', 'tiny'):
-        dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24]),
-        ('s', 'small'):
-        dict(embed_dims=96, depths=[2, 2, 18, 2], num_heads=[3, 6, 12, 24]),
+        key: AttnSwinTransformer.arch_zoo[key]
+        for key in (('t', 'tiny'), ('s', 'small'))
     }
-    arch_keys = ('embed_dims', 'depths', 'num_heads')
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
-                 in_channels: int = 3,
-                 patch_size: int = 4,
-                 window_size: int = 7,
-                 mlp_ratio: float = 4.,
                  mean_shift: bool = True,
                  groups: int = 1,
                  group_mode: str = 'interleave',
-                 qkv_bias: bool = True,
                  fused: bool = True,
-                 drop_path_rate: float = 0.1,
-                 out_indices: Union[int, Sequence[int]] = (0, 1, 2, 3),
-                 pad_small_map: bool = True,
-                 norm_cfg: dict = dict(type='LN'),
-                 with_cp: bool = False,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(frozen_stages, norm_eval, init_cfg)
-        arch = self.parse_arch(arch)
-        depths, num_heads = arch['depths'], arch['num_heads']
-        num_stages = len(depths)
-        if len(num_heads) != num_stages:
-            raise ValueError('depths and num_heads need one entry per stage')
-        embed_dims = [arch['embed_dims'] * 2**i for i in range(num_stages)]
-        self.embed_dims = embed_dims
-        self.with_cp = with_cp
-        self.out_indices = self.normalize_out_indices(out_indices,
-                                                      num_stages)
-        self.min_input_size = patch_size * 2**(num_stages - 1)
-
-        self.patch_embed = PatchEmbed(
-            in_channels=in_channels,
-            embed_dims=embed_dims[0],
-            conv_type='Conv2d',
-            kernel_size=patch_size,
-            stride=patch_size,
-            norm_cfg=norm_cfg)
-        attn_cfgs = dict(
-            window_msa=MeanShiftAttention,
-            mean_shift=mean_shift,
-            groups=groups,
-            group_mode=group_mode,
-            qkv_bias=qkv_bias,
-            fused=fused)
-        drop_paths = linear_drop_path_rates(drop_path_rate, sum(depths))
-        self.downsamples = ModuleList()
-        self.stages = ModuleList()
-        for i, depth in enumerate(depths):
-            if i > 0:
-                self.downsamples.append(
-                    PatchMerging(embed_dims[i - 1], embed_dims[i],
-                                 norm_cfg=norm_cfg))
-            first = sum(depths[:i])
-            self.stages.append(
-                ModuleList([
-                    SwinBlock(
-                        embed_dims[i],
-                        num_heads[i],
-                        window_size=window_size,
-                        shift=j % 2 == 1,
-                        ffn_ratio=mlp_ratio,
-                        drop_path=drop_paths[first + j],
-                        pad_small_map=pad_small_map,
-                        attn_cfgs=attn_cfgs,
-                        norm_cfg=norm_cfg) for j in range(depth)
-                ]))
-        for i in self.out_indices:
-            self.add_module(f'norm{i}',
-                            build_norm_layer(norm_cfg, embed_dims[i])[1])
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        """Swin's (timm) initialisation; the relative position bias tables
-        initialise themselves."""
-        init_linear_and_norm(module)
-
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input_size(x)
-        x, hw_shape = self.patch_embed(x)
-        outs = []
-        for i, blocks in enumerate(self.stages):
-            if i > 0:
-                x, hw_shape = self.downsamples[i - 1](x, hw_shape)
-            for block in blocks:
-                x = _run_block(block, self.with_cp, x, hw_shape)
-            if i in self.out_indices:
-                out = getattr(self, f'norm{i}')(x)
-                outs.append(nlc_to_nchw(out, hw_shape))
-        return tuple(outs)
-
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages < 0:
-            return
-        freeze_module(self.patch_embed)
-        for i in range(min(self.frozen_stages + 1, len(self.stages))):
-            if i > 0:
-                freeze_module(self.downsamples[i - 1])
-            freeze_module(self.stages[i])
-            if i in self.out_indices:
-                freeze_module(getattr(self, f'norm{i}'))
+                 **kwargs):
+        kwargs.setdefault(
+            'attn_cfgs',
+            dict(type='ShiftWindowMSA',
+                 window_msa='MeanShiftAttention',
+                 mean_shift=mean_shift,
+                 groups=groups,
+                 group_mode=group_mode,
+                 fused=fused))
+        super().__init__(arch=arch, **kwargs)
 
 
 @register_model
@@ -591,18 +473,21 @@ class MSFViT(VitAttnBackbone):
             self.pos_embed = ResizablePosEmbed(embed_dims, grid)
         drop_paths = linear_drop_path_rates(drop_path_rate, depth)
         self.blocks = ModuleList([
-            MSFViTBlock(
+            TransformerBlock(
                 embed_dims,
-                arch['num_heads'],
+                MeanShiftAttention(
+                    embed_dims,
+                    arch['num_heads'],
+                    mean_shift=mean_shift,
+                    groups=groups,
+                    group_mode=group_mode,
+                    qkv_bias=qkv_bias,
+                    proj_bias=qkv_bias,
+                    fused=fused),
                 ffn_ratio=ffn_ratio,
                 drop_path=drop_paths[i],
                 norm_cfg=norm_cfg,
-                mean_shift=mean_shift,
-                groups=groups,
-                group_mode=group_mode,
-                qkv_bias=qkv_bias,
-                proj_bias=qkv_bias,
-                fused=fused) for i in range(depth)
+                with_cp=with_cp) for i in range(depth)
         ])
         for i in self.out_indices:
             self.add_module(f'norm{i}',
@@ -620,7 +505,7 @@ class MSFViT(VitAttnBackbone):
         x = x + pos.to(x.dtype)
         outs = []
         for i, block in enumerate(self.blocks):
-            x = _run_block(block, self.with_cp, x)
+            x = block(x, hw_shape)
             if i in self.out_indices:
                 norm = getattr(self, f'norm{i}')
                 if self.out_type == 'avg_featmap':

@@ -1,16 +1,22 @@
+from .attention import QueryAttention, split_heads
 from .base_backbone import (VitAttnBackbone, freeze_module, init_linear_and_norm,
                             linear_drop_path_rates)
+from .blocks import TransformerBlock, build_attention, migrate_conv1x1_ffn
+from .common import check_heads, grid_after_stride
 from .pos_embed import ResizablePosEmbed, resize_pos_embed
-from .pretrained import LoadReport, load_pretrained, unwrap_state_dict
+from .pretrained import (LoadReport, StateDict, load_pretrained,
+                         unwrap_state_dict)
 from .windows import (RelativePositionBias, crop_tokens, pad_to_multiple,
                       shifted_window_mask, to_2tuple_int, window_partition,
                       window_reverse)
 
 __all__ = [
+    'QueryAttention', 'split_heads',
     'VitAttnBackbone', 'freeze_module', 'init_linear_and_norm',
-    'linear_drop_path_rates', 'ResizablePosEmbed',
-    'resize_pos_embed', 'LoadReport', 'load_pretrained', 'unwrap_state_dict',
-    'RelativePositionBias', 'crop_tokens', 'pad_to_multiple',
-    'shifted_window_mask', 'to_2tuple_int', 'window_partition',
-    'window_reverse'
+    'linear_drop_path_rates', 'TransformerBlock', 'build_attention',
+    'migrate_conv1x1_ffn', 'check_heads', 'grid_after_stride',
+    'ResizablePosEmbed', 'resize_pos_embed', 'LoadReport', 'StateDict',
+    'load_pretrained', 'unwrap_state_dict', 'RelativePositionBias',
+    'crop_tokens', 'pad_to_multiple', 'shifted_window_mask', 'to_2tuple_int',
+    'window_partition', 'window_reverse'
 ]

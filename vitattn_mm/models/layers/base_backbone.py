@@ -63,6 +63,8 @@ class VitAttnBackbone(BaseModule):
     arch_keys: Tuple[str, ...] = ()
     #: Smallest input side (pixels) the network can process.
     min_input_size: int = 32
+    #: What the last ``Pretrained`` load did (set by :meth:`init_weights`).
+    load_report: Optional[LoadReport] = None
 
     def __init__(self,
                  frozen_stages: int = -1,
@@ -71,7 +73,6 @@ class VitAttnBackbone(BaseModule):
         super().__init__(init_cfg=init_cfg)
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
-        self.load_report: Optional[LoadReport] = None
 
     # ----------------------------------------------------------- arch zoo
     @classmethod
@@ -98,7 +99,19 @@ class VitAttnBackbone(BaseModule):
         if missing:
             raise KeyError(f'Custom arch for {cls.__name__} lacks {missing}; '
                            f'it needs {list(cls.arch_keys)}.')
+        cls.check_per_stage(arch)
         return dict(arch)
+
+    @staticmethod
+    def check_per_stage(arch: dict) -> None:
+        """Every list in a staged arch has one entry per stage."""
+        depths = arch.get('depths')
+        if not isinstance(depths, (list, tuple)):
+            return
+        for key, value in arch.items():
+            if isinstance(value, (list, tuple)) and len(value) != len(depths):
+                raise ValueError(f'arch {key} has {len(value)} entries; it '
+                                 f'needs one per stage ({len(depths)})')
 
     # ------------------------------------------------------------ outputs
     @staticmethod

@@ -1,0 +1,110 @@
+"""The pre-norm transformer block every skeleton builds around its attention.
+"""
+import re
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as cp
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+from mmcv.cnn.bricks.transformer import FFN
+from mmdet.models.backbones.pvt import MixFFN
+from mmengine.model import BaseModule
+
+from ...registry import ATTENTIONS
+
+
+def build_attention(cfg: dict, **defaults) -> nn.Module:
+    """Build a registered attention; ``defaults`` (``embed_dims``,
+    ``num_heads``, ...) fill what ``cfg`` does not set."""
+    cfg = dict(cfg)
+    for key, value in defaults.items():
+        cfg.setdefault(key, value)
+    return ATTENTIONS.build(cfg)
+
+
+class TransformerBlock(BaseModule):
+    """Pre-norm block: ``x + drop_path(attn(norm1(x), hw_shape))``, then
+    ``x + drop_path(ffn(norm2(x)))``.
+
+    The attention is any registered token attention: a module whose
+    ``forward(x, hw_shape)`` maps ``(B, H*W, C)`` tokens on an ``(H, W)``
+    grid to the same shape.
+
+    Args:
+        embed_dims (int): Channels C.
+        attn (nn.Module): The token attention.
+        ffn_ratio (float): FFN hidden channels / C. Default: 4.
+        use_conv_ffn (bool): PVTv2's FFN with a 3x3 depthwise conv between
+            its 1x1 convs (mmdet's ``MixFFN``); otherwise mmcv's Linear
+            ``FFN``. Default: False.
+        drop_path (float): Stochastic depth rate. Default: 0.
+        act_cfg (dict): FFN activation. Default: ``dict(type='GELU')``.
+        norm_cfg (dict): Both norms. Default: ``dict(type='LN')``.
+        with_cp (bool): Gradient checkpointing of the block (the one place
+            it happens for every skeleton). Default: False.
+        init_cfg (dict, optional): Initialisation config. Default: None.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 attn: nn.Module,
+                 ffn_ratio: float = 4.,
+                 use_conv_ffn: bool = False,
+                 drop_path: float = 0.,
+                 act_cfg: dict = dict(type='GELU'),
+                 norm_cfg: dict = dict(type='LN'),
+                 with_cp: bool = False,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.with_cp = with_cp
+        self.use_conv_ffn = use_conv_ffn
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = attn
+        self.drop_path = DropPath(drop_path) if drop_path else nn.Identity()
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        hidden = int(embed_dims * ffn_ratio)
+        dropout_layer = dict(type='DropPath', drop_prob=drop_path)
+        if use_conv_ffn:
+            self.ffn = MixFFN(embed_dims, hidden, act_cfg=act_cfg,
+                              dropout_layer=dropout_layer, use_conv=True)
+        else:
+            self.ffn = FFN(embed_dims, hidden, act_cfg=act_cfg,
+                           dropout_layer=dropout_layer)
+
+    def _forward(self, x: torch.Tensor,
+                 hw_shape: Tuple[int, int]) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
+        if self.use_conv_ffn:
+            return self.ffn(self.norm2(x), hw_shape, identity=x)
+        return self.ffn(self.norm2(x), identity=x)
+
+    def forward(self, x: torch.Tensor,
+                hw_shape: Tuple[int, int]) -> torch.Tensor:
+        """``(B, H*W, C)`` tokens on an ``(H, W)`` grid -> same shape."""
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(self._forward, x, hw_shape,
+                                 use_reentrant=False)
+        return self._forward(x, hw_shape)
+
+
+def migrate_conv1x1_ffn(state_dict: dict, prefix: str = '') -> None:
+    """Rename, in place, FFN weights written as two 1x1 convs (mmdet's
+    ``MixFFN`` without its depthwise conv: ``ffn.layers.{0,3}``, 4-D) to
+    mmcv's Linear ``FFN`` (``ffn.layers.0.0`` and ``ffn.layers.1``, 2-D).
+    A 1x1 conv over tokens is that Linear layer."""
+    for key in list(state_dict):
+        if not key.startswith(prefix):
+            continue
+        m = re.match(r'(.*\.ffn\.layers\.)3\.(weight|bias)$', key)
+        if not m:
+            continue
+        base, fc1 = m.group(1), m.group(1) + '0.'
+        for old, new in ((key, f'{base}1.{m.group(2)}'),
+                         (fc1 + 'weight', f'{base}0.0.weight'),
+                         (fc1 + 'bias', f'{base}0.0.bias')):
+            if old in state_dict:
+                value = state_dict.pop(old)
+                state_dict[new] = value.flatten(1) if value.dim() == 4 \
+                    else value

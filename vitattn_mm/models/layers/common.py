@@ -1,0 +1,18 @@
+"""Small shape helpers every family uses."""
+import math
+from typing import Sequence, Tuple
+
+
+def grid_after_stride(hw_shape: Sequence[int], stride: int) -> Tuple[int, int]:
+    """Token grid after a stride-``stride`` patch embedding, patch merging or
+    spatial reduction with corner padding (partial patches at the bottom and
+    right count)."""
+    return tuple(math.ceil(s / stride) for s in hw_shape)
+
+
+def check_heads(embed_dims: int, num_heads: int) -> int:
+    """Channels per head; a clear error when the heads do not divide C."""
+    if embed_dims % num_heads:
+        raise ValueError(f'embed_dims {embed_dims} is not divisible by '
+                         f'num_heads {num_heads}')
+    return embed_dims // num_heads
