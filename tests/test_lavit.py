@@ -28,9 +28,13 @@ TINY = dict(
     la_start=[0, 0, 2, 2])
 
 
+def _is_la(block):
+    return isinstance(block.attn, LessAttention)
+
+
 def _la_layers(model):
     return [
-        sum(block.reuses_attention for block in stage['blocks'])
+        sum(_is_la(block) for block in stage['blocks'])
         for stage in model.stages
     ]
 
@@ -60,7 +64,7 @@ def test_arch_zoo_places_la_layers_from_n_la(arch, layers, paper_params):
     for stage in model.stages:
         blocks = stage['blocks']
         for prev, block in zip(blocks[:-1], blocks[1:]):
-            if block.reuses_attention and not prev.reuses_attention:
+            if _is_la(block) and not _is_la(prev):
                 assert prev.attn.keep_logits
     if paper_params:
         params = sum(p.numel() for p in model.parameters())

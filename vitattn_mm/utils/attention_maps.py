@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from ..models.backbones.l2vit import LGABlock
+from ..models.backbones.lavit import LessAttention
 from ..models.layers import QueryAttention
 
 Grid = Tuple[int, int]
@@ -229,9 +230,11 @@ def lavit_maps(model: nn.Module, image: torch.Tensor,
     Less-Attention layer's transformed map that reuses it."""
     if stage is None:  # the first stage with a Less-Attention layer
         stage = next(i for i, s in enumerate(model.stages)
-                     if any(b.reuses_attention for b in s['blocks']))
+                     if any(isinstance(b.attn, LessAttention)
+                            for b in s['blocks']))
     blocks = model.stages[stage]['blocks']
-    la = next((j for j, b in enumerate(blocks) if b.reuses_attention), None)
+    la = next((j for j, b in enumerate(blocks)
+               if isinstance(b.attn, LessAttention)), None)
     if not la:
         raise ValueError(f'stage {stage} has no Less-Attention layer after '
                          'a Vanilla-Attention one')

@@ -21,25 +21,21 @@ ceil(W/32); the reductions pad like the patch embeddings), so only the query
 grid changes between stages.
 """
 import math
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
-from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks import DropPath
-from mmcv.cnn.bricks.transformer import FFN, PatchEmbed
+from mmcv.cnn.bricks.transformer import PatchEmbed
 from mmdet.models.layers import nlc_to_nchw
-from mmengine.model import BaseModule, ModuleDict, ModuleList
+from mmengine.model import BaseModule
 from mmpretrain.models.utils import LayerScale
 
-from ...registry import register_model
+from ...registry import ATTENTIONS, register_model
 from ..aux_loss import AuxLossBackbone
-from ..layers import (ResizablePosEmbed, VitAttnBackbone, check_heads,
-                      freeze_module, grid_after_stride, init_linear_and_norm,
-                      linear_drop_path_rates, to_2tuple_int)
-from .pvt import PVT_WIDTHS
+from ..layers import (check_heads, grid_after_stride, split_heads,
+                      to_2tuple_int)
+from .pvt import PVT_WIDTHS, AttnPVT
 
 Grid = Tuple[int, int]
 
@@ -170,7 +166,7 @@ class SpatialReductionAttention(BaseModule):
     is ``ceil(H / sr) x ceil(W / sr)``), head split / merge and the output
     projection."""
 
-    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int):
+    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1):
         super().__init__()
         check_heads(embed_dims, num_heads)
         self.embed_dims = embed_dims
@@ -193,8 +189,7 @@ class SpatialReductionAttention(BaseModule):
         return self.sr(nlc_to_nchw(x, hw_shape))
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        B, N, C = x.shape
-        return x.reshape(B, N, self.num_heads, -1).transpose(1, 2)
+        return split_heads(x, self.num_heads)
 
     def output(self, out: torch.Tensor) -> torch.Tensor:
         """Merge the heads of ``(B, heads, N, C / heads)``, project."""
@@ -206,6 +201,7 @@ class SpatialReductionAttention(BaseModule):
                 f'sr_ratio={self.sr_ratio}')
 
 
+@ATTENTIONS.register_module()
 class VanillaAttention(SpatialReductionAttention):
     """VA layer: PVT's spatial-reduction attention (paper Eq. 4).
 
@@ -218,17 +214,20 @@ class VanillaAttention(SpatialReductionAttention):
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Attention heads.
-        sr_ratio (int): Spatial reduction of keys and values.
+        sr_ratio (int): Spatial reduction of keys and values. Default: 1.
         qkv_bias (bool): Bias in the q / kv projections. Default: True.
         keep_logits (bool): Return the pre-softmax logits. Default: False.
+        grid_size (tuple[int, int], optional): Unused (the token-attention
+            interface of the skeletons). Default: None.
     """
 
     def __init__(self,
                  embed_dims: int,
                  num_heads: int,
-                 sr_ratio: int,
+                 sr_ratio: int = 1,
                  qkv_bias: bool = True,
-                 keep_logits: bool = False):
+                 keep_logits: bool = False,
+                 grid_size: Optional[Grid] = None):
         super().__init__(embed_dims, num_heads, sr_ratio)
         self.keep_logits = keep_logits
         self.scale = (embed_dims // num_heads)**-0.5
@@ -253,6 +252,7 @@ class VanillaAttention(SpatialReductionAttention):
         return self.output(logits.softmax(dim=-1).to(v.dtype) @ v), logits
 
 
+@ATTENTIONS.register_module()
 class LessAttention(SpatialReductionAttention):
     """LA layer: no queries, no keys (paper Eq. 5).
 
@@ -263,20 +263,40 @@ class LessAttention(SpatialReductionAttention):
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Attention heads.
-        sr_ratio (int): Spatial reduction of the values.
-        transform (nn.Module): :class:`ConvAttentionTransform` or
-            :class:`DenseAttentionTransform`.
+        sr_ratio (int): Spatial reduction of the values. Default: 1.
+        transform (nn.Module | dict): The transform, or its config:
+            ``dict(type='conv', kernel_size=3)`` for
+            :class:`ConvAttentionTransform` (any input size) or
+            ``dict(type='dense', input_size=(H, W))`` for
+            :class:`DenseAttentionTransform` on this layer's grids at that
+            input size. Default: ``dict(type='conv')``.
         qkv_bias (bool): Bias in the v projection. Default: True.
+        grid_size (tuple[int, int], optional): Query grid at the
+            pretraining size (what the dense transform is built for).
+            Default: None.
     """
 
     def __init__(self,
                  embed_dims: int,
                  num_heads: int,
-                 sr_ratio: int,
-                 transform: nn.Module,
-                 qkv_bias: bool = True):
+                 sr_ratio: int = 1,
+                 transform: Union[nn.Module, dict] = dict(type='conv'),
+                 qkv_bias: bool = True,
+                 grid_size: Optional[Grid] = None):
         super().__init__(embed_dims, num_heads, sr_ratio)
         self.v = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        if isinstance(transform, dict):
+            transform = dict(transform)
+            kind = transform.pop('type')
+            if kind == 'conv':
+                transform = ConvAttentionTransform(num_heads, **transform)
+            elif kind == 'dense':
+                transform = DenseAttentionTransform(
+                    grid_size, grid_after_stride(grid_size, sr_ratio),
+                    **transform)
+            else:
+                raise ValueError("the Less-Attention transform is 'conv' or "
+                                 f"'dense', got {kind!r}")
         self.transform = transform
 
     def forward(self, x: torch.Tensor, hw_shape: Grid,
@@ -380,69 +400,16 @@ def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
     return asymmetry + dominance
 
 
-# ------------------------------------------------------------------ blocks
-class LaViTBlock(BaseModule):
-    """Pre-norm transformer block around a VA or LA attention.
-
-    ``x + drop_path(attn(norm1(x)))``, then ``x + ffn(norm2(x))``;
-    ``forward`` returns ``(x, logits)`` (None for VA layers that keep no
-    logits).
-
-    Args:
-        embed_dims (int): Channels C.
-        attn (VanillaAttention | LessAttention): The attention.
-        ffn_ratio (float): FFN hidden channels / C.
-        drop_path (float): Stochastic depth rate. Default: 0.
-        norm_cfg (dict): Norm layers. Default: ``dict(type='LN', eps=1e-6)``.
-        with_cp (bool): Gradient checkpointing of the block. Default: False.
-        init_cfg (dict, optional): Initialisation config. Default: None.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 attn: SpatialReductionAttention,
-                 ffn_ratio: float,
-                 drop_path: float = 0.,
-                 norm_cfg: dict = dict(type='LN', eps=1e-6),
-                 with_cp: bool = False,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        self.with_cp = with_cp
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = attn
-        self.drop_path = (DropPath(drop_path)
-                          if drop_path > 0 else nn.Identity())
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = FFN(
-            embed_dims,
-            int(embed_dims * ffn_ratio),
-            act_cfg=dict(type='GELU'),
-            dropout_layer=dict(type='DropPath', drop_prob=drop_path))
-
-    @property
-    def reuses_attention(self) -> bool:
-        """Whether this is a Less-Attention layer."""
-        return isinstance(self.attn, LessAttention)
-
-    def forward(self, x: torch.Tensor, hw_shape: Grid,
-                attn_input: Optional[torch.Tensor] = None):
-        """``attn_input``: the previous logits (LA) or the residual (VA)."""
-
-        def _inner_forward(x, attn_input):
-            out, logits = self.attn(self.norm1(x), hw_shape, attn_input)
-            x = x + self.drop_path(out)
-            return self.ffn(self.norm2(x), identity=x), logits
-
-        if self.with_cp and x.requires_grad:
-            return cp.checkpoint(_inner_forward, x, attn_input,
-                                 use_reentrant=False)
-        return _inner_forward(x, attn_input)
-
-
 # ---------------------------------------------------------------- backbone
 @register_model
-class LaViT(AuxLossBackbone, VitAttnBackbone):
+class LaViT(AuxLossBackbone, AttnPVT):
     """LaViT backbone: PVT with Less-Attention layers (paper Table 1).
+
+    :class:`AttnPVT` whose blocks are VA (:class:`VanillaAttention`) and LA
+    (:class:`LessAttention`) layers, with an :class:`AttentionResidual` at
+    the start of every stage but the first and the Diagonality-Preserving
+    loss over the LA maps; the attention logits travel between layers and
+    stages through :meth:`forward_blocks`.
 
     ``la_start`` is the paper's N_LA read as the 1-based index of the first
     LA layer of each stage, 0 meaning none: T ``[0, 0, 2, 2]`` has one LA
@@ -503,7 +470,6 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios',
                  'la_start')
-    strides = (4, 2, 2, 2)
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
@@ -524,15 +490,13 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  init_cfg: Optional[dict] = None):
-        super().__init__(frozen_stages, norm_eval, init_cfg)
-        arch = self.parse_arch(arch)
-        depths, embed_dims = arch['depths'], arch['embed_dims']
-        num_heads = arch['num_heads']
+        settings = self.parse_arch(arch)
+        depths, num_heads = settings['depths'], settings['num_heads']
         num_stages = len(depths)
-        if len(sr_ratios) != num_stages or num_stages != len(self.strides):
-            raise ValueError(f'LaViT has {len(self.strides)} stages; '
-                             'sr_ratios and the arch need one entry each')
-        for i, start in enumerate(arch['la_start']):
+        if num_stages != 4 or len(sr_ratios) != num_stages:
+            raise ValueError('LaViT has 4 stages; sr_ratios and the arch '
+                             'need one entry each')
+        for i, start in enumerate(settings['la_start']):
             if start != 0 and not 2 <= start <= depths[i]:
                 raise ValueError(
                     f'la_start[{i}] = {start}: the first LA layer of a stage '
@@ -543,108 +507,81 @@ class LaViT(AuxLossBackbone, VitAttnBackbone):
                 'the attention residual needs the same key grid in every '
                 'stage: each sr_ratio must halve the previous one, e.g. '
                 f'(8, 4, 2, 1); got {tuple(sr_ratios)}')
-        if la_transform not in ('conv', 'dense'):
+        if la_transform == 'conv':
+            transform = dict(type='conv', kernel_size=la_kernel_size)
+        elif la_transform == 'dense':
+            transform = dict(
+                type='dense', input_size=to_2tuple_int(pretrain_img_size))
+        else:
             raise ValueError("la_transform must be 'conv' or 'dense', got "
                              f'{la_transform!r}')
 
-        self.embed_dims = embed_dims
-        self.sr_ratios = tuple(sr_ratios)
-        self.dp_loss_weight = dp_loss_weight
-        self.out_indices = self.normalize_out_indices(out_indices,
-                                                      num_stages)
-        self.min_input_size = math.prod(self.strides)
-
-        img_size = to_2tuple_int(pretrain_img_size)
-        grid = img_size
-        rates = linear_drop_path_rates(drop_path_rate, sum(depths))
-        self.stages = ModuleList()
+        attn_cfgs = []
         for i, depth in enumerate(depths):
-            stage = ModuleDict()
-            stage['patch_embed'] = PatchEmbed(
-                in_channels=in_channels if i == 0 else embed_dims[i - 1],
-                embed_dims=embed_dims[i],
-                kernel_size=self.strides[i],
-                stride=self.strides[i],
-                padding='corner',
-                norm_cfg=dict(type='LN'))
-            grid = grid_after_stride(grid, self.strides[i])
-            stage['pos_embed'] = ResizablePosEmbed(embed_dims[i], grid)
-            if attn_residual and i > 0:
-                stage['attn_residual'] = AttentionResidual(
-                    num_heads[i - 1], num_heads[i], ar_layer_scale_init)
-
-            start = arch['la_start'][i] if less_attention else 0
+            start = settings['la_start'][i] if less_attention else 0
             is_la = [bool(start) and j + 1 >= start for j in range(depth)]
-            blocks = ModuleList()
+            layers = []
             for j in range(depth):
+                # A VA layer keeps its logits when an LA layer or the next
+                # stage's attention residual reuses them.
                 feeds_next = (j + 1 < depth and is_la[j + 1]) or (
                     attn_residual and j + 1 == depth and i + 1 < num_stages)
-                if is_la[j]:
-                    if la_transform == 'conv':
-                        transform = ConvAttentionTransform(
-                            num_heads[i], la_kernel_size)
-                    else:
-                        transform = DenseAttentionTransform(
-                            grid, grid_after_stride(grid, sr_ratios[i]), img_size)
-                    attn = LessAttention(embed_dims[i], num_heads[i],
-                                         sr_ratios[i], transform, qkv_bias)
-                else:
-                    attn = VanillaAttention(
-                        embed_dims[i], num_heads[i], sr_ratios[i], qkv_bias,
-                        keep_logits=feeds_next)
-                blocks.append(
-                    LaViTBlock(
-                        embed_dims[i],
-                        attn,
-                        arch['mlp_ratios'][i],
-                        drop_path=rates[sum(depths[:i]) + j],
-                        norm_cfg=norm_cfg,
-                        with_cp=with_cp))
-            stage['blocks'] = blocks
-            if i in self.out_indices:
-                stage['norm'] = build_norm_layer(norm_cfg, embed_dims[i])[1]
-            self.stages.append(stage)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        """PVT's initialisation: truncated-normal Linear weights, zero
-        biases, unit LayerNorms (convs keep their own init)."""
-        init_linear_and_norm(module)
+                layers.append(
+                    dict(type='LessAttention', transform=transform)
+                    if is_la[j] else dict(type='VanillaAttention',
+                                          keep_logits=feeds_next))
+            attn_cfgs.append(layers)
+        super().__init__(
+            arch=settings,
+            attn_cfgs=attn_cfgs,
+            pretrain_img_size=pretrain_img_size,
+            in_channels=in_channels,
+            sr_ratios=sr_ratios,
+            qkv_bias=qkv_bias,
+            drop_path_rate=drop_path_rate,
+            out_indices=out_indices,
+            norm_cfg=norm_cfg,
+            with_cp=with_cp,
+            frozen_stages=frozen_stages,
+            norm_eval=norm_eval,
+            init_cfg=init_cfg)
+        self.sr_ratios = tuple(sr_ratios)
+        self.dp_loss_weight = dp_loss_weight
+        if attn_residual:
+            for i in range(1, num_stages):
+                self.stages[i]['attn_residual'] = AttentionResidual(
+                    num_heads[i - 1], num_heads[i], ar_layer_scale_init)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input_size(x)
         self.clear_aux_losses()
-        outs = []
-        la_maps: List[Tuple[torch.Tensor, Grid, Grid]] = []
-        logits, prev_hw = None, None
-        for i, stage in enumerate(self.stages):
-            x, hw_shape = stage['patch_embed'](x)
-            x = x + stage['pos_embed'](hw_shape)
-            residual = None
-            if 'attn_residual' in stage:
-                residual = stage['attn_residual'](logits, prev_hw, hw_shape)
-            for j, block in enumerate(stage['blocks']):
-                if block.reuses_attention:
-                    x, logits = block(x, hw_shape, logits)
-                    la_maps.append((logits, hw_shape,
-                                    grid_after_stride(hw_shape,
-                                                 self.sr_ratios[i])))
-                else:
-                    x, logits = block(x, hw_shape,
-                                      residual if j == 0 else None)
-            if i in self.out_indices:
-                outs.append(nlc_to_nchw(stage['norm'](x), hw_shape))
-            x = nlc_to_nchw(x, hw_shape)
-            prev_hw = hw_shape
-
+        outs, state = self.forward_stages(x)
+        la_maps = state.get('la_maps')
         if (la_maps and self.dp_loss_weight > 0 and self.training
                 and torch.is_grad_enabled()):
             loss = sum(diagonality_preserving_loss(*m) for m in la_maps)
             self.add_aux_loss('loss_dp',
                               self.dp_loss_weight * loss / len(la_maps))
-        return tuple(outs)
+        return outs
 
-    def _freeze_stages(self) -> None:
-        for i in range(min(self.frozen_stages + 1, len(self.stages))):
-            freeze_module(self.stages[i])
+    def forward_blocks(self, stage: int, x: torch.Tensor, hw_shape: Grid,
+                       state: dict) -> torch.Tensor:
+        """VA layers compute logits (the first one adding the attention
+        residual of the previous stage's last logits), LA layers transform
+        the previous layer's; ``state`` carries the last logits and grid to
+        the next stage and collects the LA maps for the DP loss."""
+        blocks = self.stages[stage]
+        logits = state.get('logits')
+        residual = None
+        if 'attn_residual' in blocks:
+            residual = blocks['attn_residual'](logits, state['hw_shape'],
+                                               hw_shape)
+        for j, block in enumerate(blocks['blocks']):
+            if isinstance(block.attn, LessAttention):
+                x, logits = block(x, hw_shape, logits)
+                state.setdefault('la_maps', []).append(
+                    (logits, hw_shape,
+                     grid_after_stride(hw_shape, self.sr_ratios[stage])))
+            else:
+                x, logits = block(x, hw_shape, residual if j == 0 else None)
+        state.update(logits=logits, hw_shape=hw_shape)
+        return x

@@ -40,8 +40,9 @@ class AttnPVT(VitAttnBackbone):
             'm', 'l'), or a dict with ``embed_dims``, ``depths``,
             ``num_heads`` and ``mlp_ratios`` (one per stage).
             Default: 'tiny'.
-        attn_cfgs (dict | Sequence[dict]): The registered token attention of
-            every stage (a dict) or of each stage (a list); the skeleton
+        attn_cfgs (dict | Sequence[dict | Sequence[dict]]): The registered
+            token attention of every stage (a dict), of each stage (a list),
+            or of each block (a list of lists); the skeleton
             adds ``embed_dims``, ``num_heads``, ``grid_size`` (the stage's
             pretraining grid), ``qkv_bias`` and, where ``sr_ratios`` asks
             for one, ``sr_ratio``.
@@ -109,6 +110,11 @@ class AttnPVT(VitAttnBackbone):
             attn_cfgs = [attn_cfgs] * num_stages
         if len(attn_cfgs) != num_stages:
             raise ValueError('attn_cfgs needs one entry per stage')
+        attn_cfgs = [[cfg] * depth if isinstance(cfg, dict) else cfg
+                     for cfg, depth in zip(attn_cfgs, depths)]
+        if any(len(cfgs) != depth for cfgs, depth in zip(attn_cfgs, depths)):
+            raise ValueError('a per-block list in attn_cfgs needs one entry '
+                             'per block of its stage')
         if self.norm_after_stage and not out_norm:
             raise ValueError(f'{type(self).__name__} normalises every stage '
                              'on its main path; out_norm=False is not '
@@ -139,7 +145,7 @@ class AttnPVT(VitAttnBackbone):
                 TransformerBlock(
                     embed_dims[i],
                     build_attention(
-                        attn_cfgs[i],
+                        attn_cfgs[i][j],
                         embed_dims=embed_dims[i],
                         num_heads=arch['num_heads'][i],
                         grid_size=grid,
@@ -164,21 +170,34 @@ class AttnPVT(VitAttnBackbone):
         init_linear_and_norm(module)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        return self.forward_stages(x)[0]
+
+    def forward_stages(self, x: torch.Tensor) -> Tuple[tuple, dict]:
+        """The outputs, and the state the stages passed along (see
+        :meth:`forward_blocks`)."""
         self.check_input_size(x)
-        outs = []
+        outs, state = [], {}
         for i, stage in enumerate(self.stages):
             x, hw_shape = stage['patch_embed'](x)
             if 'pos_embed' in stage:
                 x = x + stage['pos_embed'](hw_shape)
-            for block in stage['blocks']:
-                x = block(x, hw_shape)
+            x = self.forward_blocks(i, x, hw_shape, state)
             out = stage['norm'](x) if 'norm' in stage else x
             if self.norm_after_stage:
                 x = out
             if i in self.out_indices:
                 outs.append(nlc_to_nchw(out, hw_shape))
             x = nlc_to_nchw(x, hw_shape)
-        return tuple(outs)
+        return tuple(outs), state
+
+    def forward_blocks(self, stage: int, x: torch.Tensor,
+                       hw_shape: Tuple[int, int], state: dict) -> torch.Tensor:
+        """The blocks of ``stage``. ``state`` is one dict per forward pass
+        for attentions that pass something between layers and stages
+        (LaViT's attention maps); plain token attentions need none."""
+        for block in self.stages[stage]['blocks']:
+            x = block(x, hw_shape)
+        return x
 
     def _freeze_stages(self) -> None:
         for i in range(min(self.frozen_stages + 1, len(self.stages))):

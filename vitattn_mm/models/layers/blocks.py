@@ -73,20 +73,32 @@ class TransformerBlock(BaseModule):
             self.ffn = FFN(embed_dims, hidden, act_cfg=act_cfg,
                            dropout_layer=dropout_layer)
 
-    def _forward(self, x: torch.Tensor,
-                 hw_shape: Tuple[int, int]) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
+    def _forward(self, x: torch.Tensor, hw_shape: Tuple[int, int],
+                 *attn_args):
+        out = self.attn(self.norm1(x), hw_shape, *attn_args)
+        state = None
+        if isinstance(out, tuple):
+            out, state = out
+        x = x + self.drop_path(out)
         if self.use_conv_ffn:
-            return self.ffn(self.norm2(x), hw_shape, identity=x)
-        return self.ffn(self.norm2(x), identity=x)
+            x = self.ffn(self.norm2(x), hw_shape, identity=x)
+        else:
+            x = self.ffn(self.norm2(x), identity=x)
+        return x if state is None and not attn_args else (x, state)
 
-    def forward(self, x: torch.Tensor,
-                hw_shape: Tuple[int, int]) -> torch.Tensor:
-        """``(B, H*W, C)`` tokens on an ``(H, W)`` grid -> same shape."""
+    def forward(self, x: torch.Tensor, hw_shape: Tuple[int, int],
+                *attn_args):
+        """``(B, H*W, C)`` tokens on an ``(H, W)`` grid -> same shape.
+
+        Extra arguments go to the attention. An attention that carries
+        state between layers (LaViT's logits) takes it as an extra argument
+        and returns ``(out, state)``; the block then returns
+        ``(x, state)``.
+        """
         if self.with_cp and x.requires_grad:
-            return cp.checkpoint(self._forward, x, hw_shape,
+            return cp.checkpoint(self._forward, x, hw_shape, *attn_args,
                                  use_reentrant=False)
-        return self._forward(x, hw_shape)
+        return self._forward(x, hw_shape, *attn_args)
 
 
 def migrate_conv1x1_ffn(state_dict: dict, prefix: str = '') -> None:
