@@ -12,9 +12,8 @@ from mmpretrain.models.utils.attention import WindowMSA
 
 from vitattn_mm.models.backbones.msf import (GroupedLinear,
                                              MeanShiftAttention,
-                                             MSFSwinTransformer, MSFViT,
-                                             sincos_pos_embed_2d)
-from vitattn_mm.models.layers import shifted_window_mask
+                                             MSFSwinTransformer, MSFViT)
+from vitattn_mm.models.layers import shifted_window_mask, sincos_pos_embed_2d
 
 @pytest.fixture(autouse=True)
 def one_thread(request):

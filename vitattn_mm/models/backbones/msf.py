@@ -10,24 +10,20 @@ puts the same attention into Swin's shifted windows (paper Table 6), with
 Swin's relative position bias and shift mask. ``mean_shift=False`` turns
 either backbone into the paper's softmax baseline with the same layout.
 """
-import math
 import re
 from collections import OrderedDict
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mmcv.cnn import build_norm_layer
-from mmdet.models.layers import nlc_to_nchw
-from mmengine.model import BaseModule, ModuleList
+from mmengine.model import BaseModule
 
 from ...registry import ATTENTIONS, register_model
-from ..layers import (QueryAttention, RelativePositionBias,
-                      ResizablePosEmbed, StateDict, TransformerBlock,
-                      VitAttnBackbone, check_heads, freeze_module,
-                      linear_drop_path_rates, to_2tuple_int)
+from ..layers import (QueryAttention, RelativePositionBias, StateDict,
+                      check_heads, to_2tuple_int)
 from .swin import AttnSwinTransformer
+from .vit import AttnViT
 
 
 class GroupedLinear(nn.Linear):
@@ -257,71 +253,6 @@ class MeanShiftAttention(BaseModule):
                 f'mean_shift={self.mean_shift}, fused={self.fused}')
 
 
-def sincos_pos_embed_2d(hw: Tuple[int, int],
-                        channels: int,
-                        temperature: float = 10000.,
-                        device=None) -> torch.Tensor:
-    """Fixed 2-D sine-cosine position embedding of Simple ViT, ``(H*W, C)``.
-
-    A quarter of the channels each hold ``sin`` and ``cos`` of the column
-    and of the row index at frequencies ``temperature^(-i / (C/4 - 1))``, in
-    the order (sin x, cos x, sin y, cos y), as the official model computes
-    it.
-    """
-    if channels % 4:
-        raise ValueError(f'sin-cos position embedding needs channels '
-                         f'divisible by 4, got {channels}')
-    rows, cols = torch.meshgrid(
-        torch.arange(hw[0], device=device, dtype=torch.float32),
-        torch.arange(hw[1], device=device, dtype=torch.float32),
-        indexing='ij')
-    quarter = channels // 4
-    freqs = temperature**-(
-        torch.arange(quarter, device=device, dtype=torch.float32) /
-        max(quarter - 1, 1))
-    x = cols.flatten()[:, None] * freqs
-    y = rows.flatten()[:, None] * freqs
-    return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)
-
-
-class PixelNormPatchEmbed(BaseModule):
-    """Simple ViT's patch embedding: LayerNorm over each patch's pixels,
-    a linear projection, LayerNorm again.
-
-    Pixels are flattened in (row, column, channel) order within a patch, as
-    in the official model. Inputs whose sides are not multiples of the patch
-    size are zero-padded at the bottom / right (mmcv's 'corner' padding).
-
-    Args:
-        in_channels (int): Image channels.
-        embed_dims (int): Token channels.
-        patch_size (int): Patch side. Default: 16.
-        norm_cfg (dict): Both norms. Default: ``dict(type='LN')``.
-    """
-
-    def __init__(self,
-                 in_channels: int,
-                 embed_dims: int,
-                 patch_size: int = 16,
-                 norm_cfg: dict = dict(type='LN')):
-        super().__init__()
-        self.patch_size = patch_size
-        patch_dims = in_channels * patch_size**2
-        self.pixel_norm = build_norm_layer(norm_cfg, patch_dims)[1]
-        self.projection = nn.Linear(patch_dims, embed_dims)
-        self.norm = build_norm_layer(norm_cfg, embed_dims)[1]
-
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, tuple]:
-        """``(B, C, H, W)`` -> ``(B, h*w, embed_dims)`` and ``(h, w)``."""
-        p = self.patch_size
-        x = F.pad(x, (0, -x.shape[-1] % p, 0, -x.shape[-2] % p))
-        B, C, H, W = x.shape
-        h, w = H // p, W // p
-        x = x.view(B, C, h, p, w, p).permute(0, 2, 4, 3, 5, 1)
-        x = x.reshape(B, h * w, p * p * C)
-        return self.norm(self.projection(self.pixel_norm(x))), (h, w)
-
-
 @register_model
 class MSFSwinTransformer(AttnSwinTransformer):
     """Swin Transformer with MSF attention in every window (paper Table 6).
@@ -371,12 +302,14 @@ class MSFSwinTransformer(AttnSwinTransformer):
 
 
 @register_model
-class MSFViT(VitAttnBackbone):
+class MSFViT(AttnViT):
     """Simple ViT with MSF attention (paper Table 5; the official model).
 
-    Patch-16 embedding (:class:`PixelNormPatchEmbed`), a position embedding,
-    ``depth`` pre-norm blocks of global :class:`MeanShiftAttention` and an
-    MLP, no class token. ``mean_shift=False`` gives the softmax Simple ViT
+    :class:`AttnViT` with Simple ViT's layout: patch-16 pixel-normalised
+    embedding (:class:`PixelNormPatchEmbed`), a position embedding, ``depth``
+    pre-norm blocks of global :class:`MeanShiftAttention` and an MLP, no
+    class token, PyTorch's default initialisation (as the official model
+    trains). ``mean_shift=False`` gives the softmax Simple ViT
     of the paper's "Orig." rows; ``groups=2`` the "w/ 2-group" rows.
 
     The position embedding is Simple ViT's fixed sin-cos, computed for the
@@ -394,9 +327,6 @@ class MSFViT(VitAttnBackbone):
         arch (str | dict): 'ti', 'ss', 's', 'b' (or 'tiny', 'small',
             'base'), or a dict with ``embed_dims``, ``depth`` and
             ``num_heads``. Default: 'small'.
-        in_channels (int): Input channels. Default: 3.
-        patch_size (int): Patch side. Default: 16.
-        ffn_ratio (float): FFN hidden channels / C. Default: 4.
         mean_shift (bool): MSF attention; False for softmax attention.
             Default: True.
         groups (int): Groups of the q/k/v/p projection. Default: 1.
@@ -406,124 +336,36 @@ class MSFViT(VitAttnBackbone):
             projection (the official model has none). Default: False.
         fused (bool): Fused attention kernel. Default: True.
         pos_embed (str): 'sincos' or 'learned'. Default: 'sincos'.
-        pretrain_img_size (int | tuple[int, int]): Sizes the learned
-            position embedding. Default: 224.
-        out_indices (Sequence[int] | int): Blocks whose output to return.
-            Default: -1 (the last).
-        out_type (str): 'featmap' or 'avg_featmap'. Default: 'featmap'.
-        drop_path_rate (float): Stochastic depth rate. Default: 0.
-        norm_cfg (dict): Norm layers. Default: ``dict(type='LN')``.
-        with_cp (bool): Gradient checkpointing per block. Default: False.
-        frozen_stages (int): Freeze the patch embedding and blocks
-            ``0..frozen_stages`` (-1: none). Default: -1.
-        norm_eval (bool): Keep BatchNorm in eval mode. Default: False.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...)``
-            loads official or converted weights. Default: None.
+        **kwargs: :class:`AttnViT` arguments (``patch_size``,
+            ``ffn_ratio``, ``pretrain_img_size``, ``out_indices``,
+            ``out_type``, ``drop_path_rate``, ``with_cp``,
+            ``frozen_stages``, ``init_cfg``...).
     """
-    arch_zoo = {
-        ('ti', 'tiny'): dict(embed_dims=192, depth=12, num_heads=3),
-        'ss': dict(embed_dims=384, depth=6, num_heads=6),
-        ('s', 'small'): dict(embed_dims=384, depth=12, num_heads=6),
-        ('b', 'base'): dict(embed_dims=768, depth=12, num_heads=12),
-    }
-    arch_keys = ('embed_dims', 'depth', 'num_heads')
 
     def __init__(self,
                  arch: Union[str, dict] = 'small',
-                 in_channels: int = 3,
-                 patch_size: int = 16,
-                 ffn_ratio: float = 4.,
                  mean_shift: bool = True,
                  groups: int = 1,
                  group_mode: str = 'interleave',
                  qkv_bias: bool = False,
                  fused: bool = True,
                  pos_embed: str = 'sincos',
-                 pretrain_img_size: Union[int, Tuple[int, int]] = 224,
-                 out_indices: Union[int, Sequence[int]] = -1,
-                 out_type: str = 'featmap',
-                 drop_path_rate: float = 0.,
-                 norm_cfg: dict = dict(type='LN'),
-                 with_cp: bool = False,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(frozen_stages, norm_eval, init_cfg)
-        arch = self.parse_arch(arch)
-        embed_dims, depth = arch['embed_dims'], arch['depth']
-        if pos_embed not in ('sincos', 'learned'):
-            raise ValueError(f"pos_embed must be 'sincos' or 'learned', got "
-                             f'{pos_embed!r}')
-        if out_type not in ('featmap', 'avg_featmap'):
-            raise ValueError(f"out_type must be 'featmap' or 'avg_featmap', "
-                             f'got {out_type!r}')
-        self.embed_dims = embed_dims
-        self.out_type = out_type
-        self.with_cp = with_cp
-        self.out_indices = self.normalize_out_indices(out_indices, depth)
-        self.min_input_size = patch_size
+                 **kwargs):
+        kwargs.setdefault(
+            'attn_cfgs',
+            dict(type='MeanShiftAttention',
+                 mean_shift=mean_shift,
+                 groups=groups,
+                 group_mode=group_mode,
+                 proj_bias=qkv_bias,
+                 fused=fused))
+        kwargs.setdefault('patch_embed', 'pixel_norm')
+        super().__init__(
+            arch=arch, qkv_bias=qkv_bias, pos_embed=pos_embed, **kwargs)
 
-        self.patch_embed = PixelNormPatchEmbed(in_channels, embed_dims,
-                                               patch_size, norm_cfg)
-        self.pos_embed = None
-        if pos_embed == 'learned':
-            grid = tuple(
-                math.ceil(s / patch_size)
-                for s in to_2tuple_int(pretrain_img_size))
-            self.pos_embed = ResizablePosEmbed(embed_dims, grid)
-        drop_paths = linear_drop_path_rates(drop_path_rate, depth)
-        self.blocks = ModuleList([
-            TransformerBlock(
-                embed_dims,
-                MeanShiftAttention(
-                    embed_dims,
-                    arch['num_heads'],
-                    mean_shift=mean_shift,
-                    groups=groups,
-                    group_mode=group_mode,
-                    qkv_bias=qkv_bias,
-                    proj_bias=qkv_bias,
-                    fused=fused),
-                ffn_ratio=ffn_ratio,
-                drop_path=drop_paths[i],
-                norm_cfg=norm_cfg,
-                with_cp=with_cp) for i in range(depth)
-        ])
-        for i in self.out_indices:
-            self.add_module(f'norm{i}',
-                            build_norm_layer(norm_cfg, embed_dims)[1])
-        # PyTorch's default initialisation, as the official model trains.
-
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input_size(x)
-        x, hw_shape = self.patch_embed(x)
-        if self.pos_embed is None:
-            pos = sincos_pos_embed_2d(hw_shape, self.embed_dims,
-                                      device=x.device)
-        else:
-            pos = self.pos_embed(hw_shape)
-        x = x + pos.to(x.dtype)
-        outs = []
-        for i, block in enumerate(self.blocks):
-            x = block(x, hw_shape)
-            if i in self.out_indices:
-                norm = getattr(self, f'norm{i}')
-                if self.out_type == 'avg_featmap':
-                    outs.append(norm(x.mean(dim=1)))
-                else:
-                    outs.append(nlc_to_nchw(norm(x), hw_shape))
-        return tuple(outs)
-
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages < 0:
-            return
-        freeze_module(self.patch_embed)
-        if self.pos_embed is not None:
-            freeze_module(self.pos_embed)
-        for i in range(min(self.frozen_stages + 1, len(self.blocks))):
-            freeze_module(self.blocks[i])
-            if i in self.out_indices:
-                freeze_module(getattr(self, f'norm{i}'))
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """PyTorch's default initialisation, as the official model trains."""
 
     @classmethod
     def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:

@@ -3,7 +3,9 @@ from .base_backbone import (VitAttnBackbone, freeze_module, init_linear_and_norm
                             linear_drop_path_rates)
 from .blocks import TransformerBlock, build_attention, migrate_conv1x1_ffn
 from .common import check_heads, grid_after_stride
-from .pos_embed import ResizablePosEmbed, resize_pos_embed
+from .patch_embed import PixelNormPatchEmbed
+from .pos_embed import (ResizablePosEmbed, resize_pos_embed,
+                        sincos_pos_embed_2d)
 from .pretrained import (LoadReport, StateDict, load_pretrained,
                          unwrap_state_dict)
 from .windows import (RelativePositionBias, crop_tokens, pad_to_multiple,
@@ -15,7 +17,8 @@ __all__ = [
     'VitAttnBackbone', 'freeze_module', 'init_linear_and_norm',
     'linear_drop_path_rates', 'TransformerBlock', 'build_attention',
     'migrate_conv1x1_ffn', 'check_heads', 'grid_after_stride',
-    'ResizablePosEmbed', 'resize_pos_embed', 'LoadReport', 'StateDict',
+    'PixelNormPatchEmbed', 'ResizablePosEmbed', 'resize_pos_embed',
+    'sincos_pos_embed_2d', 'LoadReport', 'StateDict',
     'load_pretrained', 'unwrap_state_dict', 'RelativePositionBias',
     'crop_tokens', 'pad_to_multiple', 'shifted_window_mask', 'to_2tuple_int',
     'window_partition', 'window_reverse'

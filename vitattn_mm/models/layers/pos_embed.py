@@ -121,3 +121,30 @@ class ResizablePosEmbed(nn.Module):
     def extra_repr(self) -> str:
         return (f'channels={self.weight.shape[-1]}, grid_hw={self.grid_hw}, '
                 f'mode={self.mode!r}')
+
+
+def sincos_pos_embed_2d(hw: Tuple[int, int],
+                        channels: int,
+                        temperature: float = 10000.,
+                        device=None) -> torch.Tensor:
+    """Fixed 2-D sine-cosine position embedding of Simple ViT, ``(H*W, C)``.
+
+    A quarter of the channels each hold ``sin`` and ``cos`` of the column
+    and of the row index at frequencies ``temperature^(-i / (C/4 - 1))``, in
+    the order (sin x, cos x, sin y, cos y), as the official model computes
+    it.
+    """
+    if channels % 4:
+        raise ValueError(f'sin-cos position embedding needs channels '
+                         f'divisible by 4, got {channels}')
+    rows, cols = torch.meshgrid(
+        torch.arange(hw[0], device=device, dtype=torch.float32),
+        torch.arange(hw[1], device=device, dtype=torch.float32),
+        indexing='ij')
+    quarter = channels // 4
+    freqs = temperature**-(
+        torch.arange(quarter, device=device, dtype=torch.float32) /
+        max(quarter - 1, 1))
+    x = cols.flatten()[:, None] * freqs
+    y = rows.flatten()[:, None] * freqs
+    return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)
