@@ -23,18 +23,16 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
 from mmcv.cnn import build_activation_layer, build_norm_layer
-from mmcv.cnn.bricks import DropPath
-from mmcv.cnn.bricks.transformer import FFN, AdaptivePadding
+from mmcv.cnn.bricks.transformer import AdaptivePadding
 from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.utils import ConditionalPositionEncoding
 
 from ...registry import ATTENTIONS, register_model
-from ..layers import (QueryAttention, StateDict, VitAttnBackbone,
-                      check_heads, crop_tokens, freeze_module,
+from ..layers import (QueryAttention, StateDict, TransformerBlock,
+                      VitAttnBackbone, check_heads, crop_tokens, freeze_module,
                       linear_drop_path_rates, pad_to_multiple, to_2tuple_int,
                       window_partition, window_reverse)
 
@@ -283,12 +281,13 @@ class LocalConcentrationModule(BaseModule):
         return nchw_to_nlc(x)
 
 
-class L2ViTBlock(BaseModule):
-    """What both L2ViT blocks share: pre-norm MLP, stochastic depth, CPE
-    and gradient checkpointing.
+class L2ViTBlock(TransformerBlock):
+    """The shared pre-norm block with L2ViT's conditional positional
+    encodings (CPE); the two block types override ``_forward``.
 
     Args:
         embed_dims (int): Channels C.
+        attn (nn.Module): The block's attention.
         mlp_ratio (float): MLP hidden channels / C. Default: 4.
         drop_path (float): Stochastic depth rate. Default: 0.
         num_cpe (int): Conditional positional encodings of the block.
@@ -301,6 +300,7 @@ class L2ViTBlock(BaseModule):
 
     def __init__(self,
                  embed_dims: int,
+                 attn: nn.Module,
                  mlp_ratio: float = 4.,
                  drop_path: float = 0.,
                  num_cpe: int = 1,
@@ -308,32 +308,19 @@ class L2ViTBlock(BaseModule):
                  act_cfg: dict = dict(type='GELU'),
                  with_cp: bool = False,
                  init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        self.with_cp = with_cp
+        super().__init__(
+            embed_dims,
+            attn,
+            ffn_ratio=mlp_ratio,
+            drop_path=drop_path,
+            act_cfg=act_cfg,
+            norm_cfg=norm_cfg,
+            with_cp=with_cp,
+            init_cfg=init_cfg)
         self.cpe = ModuleList([
             ConditionalPositionEncoding(embed_dims, embed_dims)
             for _ in range(num_cpe)
         ])
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.drop_path = DropPath(drop_path) if drop_path else nn.Identity()
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = FFN(
-            embed_dims,
-            int(embed_dims * mlp_ratio),
-            act_cfg=act_cfg,
-            dropout_layer=dict(type='DropPath', drop_prob=drop_path))
-
-    def _forward(self, x: torch.Tensor,
-                 hw_shape: Tuple[int, int]) -> torch.Tensor:
-        raise NotImplementedError
-
-    def forward(self, x: torch.Tensor,
-                hw_shape: Tuple[int, int]) -> torch.Tensor:
-        """``(B, H*W, C)`` tokens on an ``(H, W)`` grid -> same shape."""
-        if self.with_cp and x.requires_grad:
-            return cp.checkpoint(self._forward, x, hw_shape,
-                                 use_reentrant=False)
-        return self._forward(x, hw_shape)
 
 
 class LWABlock(L2ViTBlock):
@@ -358,9 +345,12 @@ class LWABlock(L2ViTBlock):
                  window_size: Union[int, Tuple[int, int]] = 7,
                  qkv_bias: bool = True,
                  **kwargs):
-        super().__init__(embed_dims, num_cpe=2, **kwargs)
+        super().__init__(
+            embed_dims,
+            LocalWindowAttention(embed_dims, num_heads, qkv_bias),
+            num_cpe=2,
+            **kwargs)
         self.window_size = to_2tuple_int(window_size)
-        self.attn = LocalWindowAttention(embed_dims, num_heads, qkv_bias)
 
     def _forward(self, x: torch.Tensor,
                  hw_shape: Tuple[int, int]) -> torch.Tensor:
@@ -399,9 +389,13 @@ class LGABlock(L2ViTBlock):
                  lcm_kernel_size: int = 7,
                  norm_cfg: dict = dict(type='LN'),
                  **kwargs):
-        super().__init__(embed_dims, num_cpe=1, norm_cfg=norm_cfg, **kwargs)
-        self.attn = LinearGlobalAttention(embed_dims, num_heads, qkv_bias,
-                                          denominator_min)
+        super().__init__(
+            embed_dims,
+            LinearGlobalAttention(embed_dims, num_heads, qkv_bias,
+                                  denominator_min),
+            num_cpe=1,
+            norm_cfg=norm_cfg,
+            **kwargs)
         self.norm3 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.local_mp = LocalConcentrationModule(embed_dims, lcm_kernel_size)
 
