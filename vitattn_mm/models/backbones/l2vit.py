@@ -187,8 +187,6 @@ class LinearGlobalAttention(BaseModule):
         qkv_bias (bool): Bias in the qkv projection. Default: True.
         denominator_min (float): Lower bound of the normaliser.
             Default: 100.
-        grid_size (tuple[int, int], optional): Unused (the token-attention
-            interface of the skeletons). Default: None.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
@@ -197,7 +195,6 @@ class LinearGlobalAttention(BaseModule):
                  num_heads: int,
                  qkv_bias: bool = True,
                  denominator_min: float = 100.,
-                 grid_size: Optional[Tuple[int, int]] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         check_heads(embed_dims, num_heads)

@@ -217,8 +217,6 @@ class VanillaAttention(SpatialReductionAttention):
         sr_ratio (int): Spatial reduction of keys and values. Default: 1.
         qkv_bias (bool): Bias in the q / kv projections. Default: True.
         keep_logits (bool): Return the pre-softmax logits. Default: False.
-        grid_size (tuple[int, int], optional): Unused (the token-attention
-            interface of the skeletons). Default: None.
     """
 
     def __init__(self,
@@ -226,8 +224,7 @@ class VanillaAttention(SpatialReductionAttention):
                  num_heads: int,
                  sr_ratio: int = 1,
                  qkv_bias: bool = True,
-                 keep_logits: bool = False,
-                 grid_size: Optional[Grid] = None):
+                 keep_logits: bool = False):
         super().__init__(embed_dims, num_heads, sr_ratio)
         self.keep_logits = keep_logits
         self.scale = (embed_dims // num_heads)**-0.5

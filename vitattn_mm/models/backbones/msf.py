@@ -133,8 +133,6 @@ class MeanShiftAttention(BaseModule):
         qkv_bias (bool): Bias in ``qkv``. Default: True.
         proj_bias (bool): Bias in ``proj``. Default: True.
         fused (bool): Use scaled_dot_product_attention. Default: True.
-        grid_size (tuple[int, int], optional): Unused (the token-attention
-            interface of the skeletons). Default: None.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
@@ -148,7 +146,6 @@ class MeanShiftAttention(BaseModule):
                  qkv_bias: bool = True,
                  proj_bias: bool = True,
                  fused: bool = True,
-                 grid_size: Optional[Tuple[int, int]] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.head_dims = check_heads(embed_dims, num_heads)

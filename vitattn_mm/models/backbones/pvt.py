@@ -148,8 +148,8 @@ class AttnPVT(VitAttnBackbone):
                         attn_cfgs[i][j],
                         embed_dims=embed_dims[i],
                         num_heads=arch['num_heads'][i],
-                        grid_size=grid,
                         qkv_bias=qkv_bias,
+                        context=dict(grid_size=grid),
                         # Only attentions with a spatial reduction take it.
                         **(dict(sr_ratio=sr_ratios[i])
                            if sr_ratios[i] > 1 else {})),

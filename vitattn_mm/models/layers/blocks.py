@@ -1,5 +1,6 @@
 """The pre-norm transformer block every skeleton builds around its attention.
 """
+import inspect
 import re
 from typing import Optional, Tuple
 
@@ -15,10 +16,31 @@ from mmengine.model import BaseModule
 from ...registry import ATTENTIONS
 
 
-def build_attention(cfg: dict, **defaults) -> nn.Module:
-    """Build a registered attention; ``defaults`` (``embed_dims``,
-    ``num_heads``, ...) fill what ``cfg`` does not set."""
+def build_attention(cfg: dict,
+                    context: Optional[dict] = None,
+                    **defaults) -> nn.Module:
+    """Build a registered attention.
+
+    Args:
+        cfg (dict): ``type`` and the attention's own arguments.
+        context (dict, optional): What a skeleton knows that some attentions
+            use (``grid_size``: the pretraining token grid, for learned
+            positional encodings); given only to those whose constructor
+            takes it. Default: None.
+        **defaults: Arguments every attention takes (``embed_dims``,
+            ``num_heads``, ``qkv_bias``, ...), where ``cfg`` does not set
+            them.
+    """
     cfg = dict(cfg)
+    cls = ATTENTIONS.get(cfg['type']) if isinstance(cfg['type'],
+                                                    str) else cfg['type']
+    if cls is None:
+        raise KeyError(f"attention {cfg['type']!r} is not registered; "
+                       f'registered: {sorted(ATTENTIONS.module_dict)}')
+    params = inspect.signature(cls).parameters
+    for key, value in (context or {}).items():
+        if key in params:
+            cfg.setdefault(key, value)
     for key, value in defaults.items():
         cfg.setdefault(key, value)
     return ATTENTIONS.build(cfg)
