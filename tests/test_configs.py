@@ -1,14 +1,17 @@
-"""Every config: project conventions, the model builds, and (detection and
-segmentation) its own training pipeline runs on demo data."""
+"""Every config: project conventions, the model builds and takes the demo
+images ``--demo`` feeds it, and (detection and segmentation) its own
+training pipeline runs on demo data."""
 import copy
 import glob
 import os.path as osp
 
 import pytest
+import torch
 from mmengine.config import Config
 from mmengine.registry import DATASETS, MODELS, init_default_scope
 
 import vitattn_mm  # noqa: F401
+from vitattn_mm.utils.demo_config import make_demo_config
 from vitattn_mm.utils.runtime import task_of
 
 CONFIGS = sorted(
@@ -32,7 +35,7 @@ def load(path, cache):
 
 
 @pytest.mark.parametrize('path', CONFIGS)
-def test_config_conventions_and_build(path, loaded):
+def test_config_conventions_and_build(path, loaded, demo_data):
     cfg = load(path, loaded)
     assert cfg.get('custom_imports') == dict(
         imports=['vitattn_mm'], allow_failed_imports=False), \
@@ -41,6 +44,13 @@ def test_config_conventions_and_build(path, loaded):
     init_default_scope(cfg.default_scope)
     model = MODELS.build(cfg.model)
     assert sum(p.numel() for p in model.parameters()) > 0
+
+    # `--demo`: an image as the demo config's pipeline makes it fits the
+    # model (e.g. Swin without small-map padding needs 224 pixels).
+    demo = make_demo_config(cfg, data_root=demo_data)
+    image = DATASETS.build(demo.train_dataloader.dataset)[0]['inputs']
+    with torch.no_grad():
+        model.eval().extract_feat(image[None].float())
 
 
 def _point_at_demo(dataset, task, demo_root):

@@ -1,5 +1,6 @@
 """The command-line tools end to end, as a user runs them."""
 import glob
+import importlib.util
 import os
 import os.path as osp
 import re
@@ -19,6 +20,9 @@ DEMO_CONFIG = 'configs/demo/mask-rcnn_flatten-swin-nano_fpn_8e_demo.py'
 # validate on 4 images only.
 NO_BASELINE_EVAL = ('--cfg-options', 'custom_hooks=[]',
                     'val_dataloader.dataset.indices=4')
+MASK_RCNN_FLATTEN_SWIN_T = (
+    'configs/flatten/mask-rcnn_flatten-swin-t_fpn_1x_coco.py')
+VIT_TI = 'configs/msf/vit-ti-softmax_4xb256-300e_in1k.py'
 UPERNET_SWIN_T = (
     'configs/baselines/upernet_swin-t-p4-w7_8xb2-160k_ade20k-512x512.py')
 
@@ -127,3 +131,45 @@ def test_segmentation_train_and_test_through_tools(demo_data, tmp_path):
                  '--demo', demo_data, '--work-dir', str(tmp_path),
                  '--cfg-options', 'test_dataloader.dataset.indices=2')
     assert re.search(r'mIoU: \d+\.\d+', result.stdout + result.stderr)
+
+
+def _tool(name):
+    """A tools/ script as a module (its functions, without running main)."""
+    spec = importlib.util.spec_from_file_location(name, f'tools/{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_py_demo_with_auto_scale_lr(demo_data, tmp_path, monkeypatch):
+    """--demo keeps the recipe's auto_scale_lr: --auto-scale-lr scales the
+    lr by the demo batch (2 images) over the recipe's 16."""
+    from mmengine.runner import Runner
+    train = _tool('train')
+    monkeypatch.setattr(sys, 'argv', [
+        'train.py', MASK_RCNN_FLATTEN_SWIN_T, '--demo', demo_data,
+        '--auto-scale-lr', '--work-dir', str(tmp_path)])
+    cfg = train.build_config(train.parse_args())
+    assert cfg.auto_scale_lr == dict(enable=True, base_batch_size=16)
+    runner = Runner.from_cfg(cfg)
+    optim_wrapper = runner.build_optim_wrapper(cfg.optim_wrapper)
+    runner.scale_lr(optim_wrapper, cfg.auto_scale_lr)
+    lr = optim_wrapper.optimizer.param_groups[0]['lr']
+    assert lr == pytest.approx(cfg.optim_wrapper.optimizer.lr * 2 / 16)
+
+
+def test_test_py_flip_tta_for_classifiers(demo_data, tmp_path):
+    """--tta without tta_model in the config: flip TTA averaging the two
+    views' scores, as mmpretrain's test.py does."""
+    from mmengine.runner import Runner
+
+    from vitattn_mm.utils.runtime import load_tool_config
+    cfg = load_tool_config(VIT_TI, str(tmp_path),
+                           {'test_dataloader.dataset.indices': 2}, demo_data)
+    assert 'tta_model' not in cfg
+    _tool('test').enable_tta(cfg, 'classification')
+    runner = Runner.from_cfg(cfg)
+    assert type(runner.model).__name__ == 'AverageClsScoreTTA'
+    views = runner.test_dataloader.dataset[0]['inputs']
+    assert len(views) == 2 and torch.equal(views[0].flip(-1), views[1])
+    assert 'accuracy/top1' in runner.test()

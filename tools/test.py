@@ -52,8 +52,9 @@ def parse_args():
         default='none',
         help='job launcher')
     parser.add_argument('--tta', action='store_true',
-                        help='test-time augmentation (flip for detectors; '
-                        "the config's tta_model otherwise)")
+                        help="test-time augmentation: the config's tta_model "
+                        'and tta_pipeline, or else flip TTA (detectors and '
+                        'classifiers)')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args()
     if 'LOCAL_RANK' not in os.environ:
@@ -79,28 +80,36 @@ def enable_visualization(cfg: Config, task: str, args) -> None:
         cfg.visualizer['save_dir'] = args.show_dir
 
 
+#: ``--tta`` without a ``tta_model`` in the config: flip TTA, as the stock
+#: test.py of mmdet (merge the boxes) and mmpretrain (average the scores).
+FLIP_TTA_MODELS = {
+    'detection':
+    dict(type='DetTTAModel',
+         tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
+                      max_per_img=100)),
+    'classification': dict(type='AverageClsScoreTTA'),
+}
+
+
 def enable_tta(cfg: Config, task: str) -> None:
     if 'tta_model' not in cfg:
-        if task != 'detection':
-            raise RuntimeError('--tta needs tta_model and tta_pipeline in '
-                               'the config')
-        cfg.tta_model = dict(
-            type='DetTTAModel',
-            tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
-                         max_per_img=100))
+        if task not in FLIP_TTA_MODELS:
+            raise RuntimeError(f'--tta for {task} needs tta_model and '
+                               'tta_pipeline in the config')
+        cfg.tta_model = copy.deepcopy(FLIP_TTA_MODELS[task])
     if 'tta_pipeline' not in cfg:
         dataset = cfg.test_dataloader.dataset
         while 'dataset' in dataset:
             dataset = dataset['dataset']
         pipeline = copy.deepcopy(dataset.pipeline)
         pack = pipeline[-1]
+        if 'meta_keys' in pack:  # the default meta keys include the flip
+            pack = dict(pack, meta_keys=tuple(pack['meta_keys']) +
+                        ('flip', 'flip_direction'))
         pipeline[-1] = dict(
             type='TestTimeAug',
             transforms=[[dict(type='RandomFlip', prob=1.),
-                         dict(type='RandomFlip', prob=0.)],
-                        [dict(pack, meta_keys=tuple(pack.get(
-                            'meta_keys', ())) + ('flip', 'flip_direction'))]
-                        ])
+                         dict(type='RandomFlip', prob=0.)], [pack]])
         cfg.tta_pipeline = pipeline
     cfg.model = ConfigDict(**cfg.tta_model, module=cfg.model)
     cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline

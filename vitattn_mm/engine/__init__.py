@@ -1,4 +1,6 @@
-from .hooks import EvaluateBeforeTrainHook
+from .hooks import EvaluateBeforeTrainHook, RandomStateHook
 from .optim_wrapper import AutocastOptimWrapper
 
-__all__ = ['AutocastOptimWrapper', 'EvaluateBeforeTrainHook']
+__all__ = [
+    'AutocastOptimWrapper', 'EvaluateBeforeTrainHook', 'RandomStateHook'
+]

@@ -1,17 +1,20 @@
 """Turn any detection / segmentation / classification config into a run on
 the embedded demo data (``tools/train.py CONFIG --demo``, and the tests).
 
-The model, optimizer, schedulers and hooks of the recipe are kept; the data
-pipelines, dataset, evaluator and class count become the demo set's, the
-loop becomes a few iterations, and pretrained files (not available offline)
-are not loaded.
+The model, optimizer, schedulers, ``auto_scale_lr`` and hooks of the recipe
+are kept; the data pipelines, dataset, evaluator and class count become the
+demo set's (a classifier whose backbone cannot take the 64-pixel demo images
+gets them at the recipe's input size), the loop becomes a few iterations,
+and pretrained files (not available offline) are not loaded.
 """
 import copy
 import os.path as osp
-from typing import Any, Optional
+from typing import Any, List, Optional
 
+import torch
 from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
+from mmengine.registry import MODELS, DefaultScope
 
 from .runtime import task_of
 
@@ -88,6 +91,64 @@ def _cap_detections(node: Any) -> None:
             _cap_detections(value)
 
 
+#: Classification pipeline steps -> the key that sets their output size.
+_SIZE_KEYS = {'RandomResizedCrop': 'scale', 'ResizeEdge': 'scale',
+              'CenterCrop': 'crop_size'}
+
+
+def _pipeline_size(pipeline: List[dict]) -> Optional[int]:
+    """The (square) size a classification pipeline's images end with."""
+    size = None
+    for step in pipeline:
+        value = step.get(_SIZE_KEYS.get(step.get('type')))
+        if isinstance(value, int):
+            size = value
+    return size
+
+
+def _set_pipeline_size(pipeline: List[dict], size: int) -> None:
+    for step in pipeline:
+        key = _SIZE_KEYS.get(step.get('type'))
+        if key in step:
+            step[key] = size
+
+
+def _forward_error(cfg: Config, size: int) -> Optional[str]:
+    """Why the backbone cannot take a ``size`` x ``size`` image (None if
+    it can): one forward pass of the freshly built backbone."""
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope')), \
+            torch.random.fork_rng(devices=[]):  # leave the run's seed be
+        backbone = MODELS.build(cfg.model.backbone).eval()
+        try:
+            with torch.no_grad():
+                backbone(torch.zeros(1, 3, size, size))
+        except Exception as error:  # any failure: the size does not fit
+            return f'{type(error).__name__}: {error}'
+    return None
+
+
+def _classifier_demo_size(cfg: Config, demo_size: int) -> int:
+    """The demo images' size if the backbone takes it, else the recipe's.
+
+    Window attention without padding (Swin's ``pad_small_map=False``)
+    needs every stage's map to hold a whole window, e.g. 7x7 windows at
+    stride 32 need 224 pixels; the recipe's own input size fits by design.
+    """
+    error = _forward_error(cfg, demo_size)
+    if error is None:
+        return demo_size
+    own = _pipeline_size(cfg.test_dataloader.dataset.pipeline) or 224
+    own_error = _forward_error(cfg, own)
+    if own_error is not None:
+        raise ValueError(
+            f'demo: the backbone takes neither {demo_size}x{demo_size} '
+            f'({error}) nor the recipe\'s {own}x{own} images ({own_error})')
+    print_log(f'demo: {demo_size}x{demo_size} images do not fit the backbone'
+              f' ({error}); resizing them to the recipe\'s {own}x{own}.',
+              logger='current')
+    return own
+
+
 def make_demo_config(cfg: Config,
                      data_root: str = 'data/demo',
                      max_iters: int = 2,
@@ -120,6 +181,13 @@ def make_demo_config(cfg: Config,
     demo = Config.fromfile(
         osp.join(config_root(), '_base_', 'datasets', base_name))
     root = osp.join(data_root, sub_dir)
+    if task == 'classification':
+        demo_size = _pipeline_size(demo.train_pipeline)
+        size = _classifier_demo_size(cfg, demo_size)
+        if size != demo_size:
+            for key in ('train_dataloader', 'val_dataloader',
+                        'test_dataloader'):
+                _set_pipeline_size(demo[key].dataset.pipeline, size)
 
     metrics = None
     if task == 'detection' and isinstance(cfg.get('val_evaluator'), dict):
@@ -183,5 +251,4 @@ def make_demo_config(cfg: Config,
         s for s in schedulers if s.get('by_epoch', True) is False
     ] or None
     cfg.randomness = dict(seed=0)
-    cfg.pop('auto_scale_lr', None)
     return cfg

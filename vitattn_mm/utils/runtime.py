@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-from mmengine.config import Config
+from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
 
 #: default_scope -> task name used by the tools.
@@ -118,6 +118,10 @@ def load_tool_config(path: str,
                      demo_iters: int = 20) -> Config:
     """Read a config as ``tools/train.py`` / ``tools/test.py`` do.
 
+    Adds :class:`~vitattn_mm.engine.RandomStateHook` as
+    ``default_hooks.random_state`` (exact ``--resume``); a config or
+    ``--cfg-options default_hooks.random_state=None`` can turn it off.
+
     Args:
         path (str): Config file.
         work_dir (str, optional): Overrides the config's; by default
@@ -133,8 +137,14 @@ def load_tool_config(path: str,
         from .demo_config import make_demo_config
         generate_demo_data(demo_root)
         cfg = make_demo_config(cfg, data_root=demo_root, max_iters=demo_iters)
+    cfg.default_hooks = cfg.get('default_hooks') or ConfigDict()
+    cfg.default_hooks.setdefault('random_state',
+                                 ConfigDict(type='RandomStateHook'))
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+    if cfg.default_hooks.get('random_state', ...) is None:
+        # mmengine only accepts None for the hooks it adds itself.
+        cfg.default_hooks.pop('random_state')
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
