@@ -113,18 +113,13 @@ def _set_pipeline_size(pipeline: List[dict], size: int) -> None:
             step[key] = size
 
 
-def _forward_error(cfg: Config, size: int) -> Optional[str]:
-    """Why the backbone cannot take a ``size`` x ``size`` image (None if
-    it can): one forward pass of the freshly built backbone."""
+def _min_input_size(cfg: Config) -> int:
+    """The smallest image side the config's backbone takes (0 if it does
+    not say): read from the backbone built on the meta device."""
     with DefaultScope.overwrite_default_scope(cfg.get('default_scope')), \
-            torch.random.fork_rng(devices=[]):  # leave the run's seed be
-        backbone = MODELS.build(cfg.model.backbone).eval()
-        try:
-            with torch.no_grad():
-                backbone(torch.zeros(1, 3, size, size))
-        except Exception as error:  # any failure: the size does not fit
-            return f'{type(error).__name__}: {error}'
-    return None
+            torch.device('meta'):
+        backbone = MODELS.build(cfg.model.backbone)
+    return getattr(backbone, 'min_input_size', 0)
 
 
 def _classifier_demo_size(cfg: Config, demo_size: int) -> int:
@@ -132,20 +127,20 @@ def _classifier_demo_size(cfg: Config, demo_size: int) -> int:
 
     Window attention without padding (Swin's ``pad_small_map=False``)
     needs every stage's map to hold a whole window, e.g. 7x7 windows at
-    stride 32 need 224 pixels; the recipe's own input size fits by design.
+    stride 32 need 193 pixels; the recipe's own input size fits by design.
     """
-    error = _forward_error(cfg, demo_size)
-    if error is None:
+    minimum = _min_input_size(cfg)
+    if demo_size >= minimum:
         return demo_size
     own = _pipeline_size(cfg.test_dataloader.dataset.pipeline) or 224
-    own_error = _forward_error(cfg, own)
-    if own_error is not None:
+    if own < minimum:
         raise ValueError(
-            f'demo: the backbone takes neither {demo_size}x{demo_size} '
-            f'({error}) nor the recipe\'s {own}x{own} images ({own_error})')
-    print_log(f'demo: {demo_size}x{demo_size} images do not fit the backbone'
-              f' ({error}); resizing them to the recipe\'s {own}x{own}.',
-              logger='current')
+            f'demo: the backbone needs images of at least {minimum} pixels; '
+            f'neither the demo images ({demo_size}) nor the recipe\'s '
+            f'({own}) are')
+    print_log(f'demo: the backbone needs images of at least {minimum} '
+              f'pixels; resizing the {demo_size}x{demo_size} demo images to '
+              f'the recipe\'s {own}x{own}.', logger='current')
     return own
 
 
