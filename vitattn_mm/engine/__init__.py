@@ -1,4 +1,7 @@
+from .checkpoint_check import CheckpointCheckHook
 from .hooks import EvaluateBeforeTrainHook
 from .optim_wrapper import AutocastOptimWrapper
 
-__all__ = ['AutocastOptimWrapper', 'EvaluateBeforeTrainHook']
+__all__ = [
+    'AutocastOptimWrapper', 'CheckpointCheckHook', 'EvaluateBeforeTrainHook'
+]

@@ -192,7 +192,7 @@ def _refuse_unsafe(loader):
     def load(filename, *args, **kwargs):
         try:
             return loader(filename, *args, **kwargs)
-        except (pickle.UnpicklingError, EOFError, RuntimeError) as error:
+        except Exception as error:  # re-raised unless explained below
             problem = diagnose_checkpoint_file(filename) if isinstance(
                 filename, str) and osp.isfile(filename) else None
             if problem is None and isinstance(error, EOFError):

@@ -70,7 +70,7 @@ class VitAttnBackbone(BaseModule, metaclass=_ChecksAfterInit):
             ``dict(type='Pretrained', checkpoint=PATH, prefix=None,
             state_dict_key=None, min_loaded_ratio=0.5)`` loads a file and
             refuses one that fills less than ``min_loaded_ratio`` of the
-            backbone's tensors; ``type`` may be left out when
+            backbone's weights; ``type`` may be left out when
             ``checkpoint`` is given (as mmdet users write it).
             Default: None.
     """
