@@ -138,7 +138,8 @@ def test_runner_refuses_mostly_unloaded_model_unless_allowed(tmp_path):
     assert 'allow_partial_load = True' in str(error.value)
 
     model = load_through_runner(tmp_path, path, allow_partial_load=True)
-    torch.testing.assert_close(model.head.fc.weight, head_only['head.fc.weight'])
+    torch.testing.assert_close(model.head.fc.weight,
+                               head_only['head.fc.weight'])
 
 
 def test_tools_add_the_check_once():
@@ -157,16 +158,18 @@ def test_test_py_refuses_official_file_and_evaluates_converted(
         tmp_path, official_msf, demo_data):
     """The user's command: tools/test.py CONFIG OFFICIAL_FILE."""
     path, _ = official_msf
-    arch = (f'model.backbone.arch.embed_dims={OFFICIAL["dim"]}',
-            f'model.backbone.arch.depth={OFFICIAL["depth"]}',
-            f'model.backbone.arch.num_heads={OFFICIAL["heads"]}',
-            f'model.head.in_channels={OFFICIAL["dim"]}',
-            'test_dataloader.dataset.indices=4')
+    config = tmp_path / 'msf_official_size.py'
+    config.write_text(
+        f'_base_ = [{os.path.abspath(MSF_CONFIG)!r}]\n'
+        'model = dict(backbone=dict(arch=dict(_delete_=True, embed_dims='
+        f'{OFFICIAL["dim"]}, depth={OFFICIAL["depth"]}, num_heads='
+        f'{OFFICIAL["heads"]})), head=dict(in_channels={OFFICIAL["dim"]}))\n')
 
     def test_py(checkpoint):
         return subprocess.run(
-            [sys.executable, 'tools/test.py', MSF_CONFIG, checkpoint, '--demo',
-             demo_data, '--work-dir', str(tmp_path), '--cfg-options', *arch],
+            [sys.executable, 'tools/test.py', str(config), checkpoint,
+             '--demo', demo_data, '--work-dir', str(tmp_path),
+             '--cfg-options', 'test_dataloader.dataset.indices=4'],
             capture_output=True, text=True)
 
     result = test_py(path)

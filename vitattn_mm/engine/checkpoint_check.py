@@ -65,7 +65,7 @@ class CheckpointCheckHook(Hook):
         min_loaded_ratio = (0. if runner.cfg.get('allow_partial_load') else
                             self.min_loaded_ratio)
         _, report = match_state_dict(model, state_dict, source)
-        if report.loaded and report.loaded_ratio >= min_loaded_ratio:
+        if report.fills(min_loaded_ratio):
             return
         hint = _advice(model, checkpoint, source)
         if hint is None:

@@ -201,7 +201,8 @@ def _refuse_unsafe(loader):
                 problem = f'the file is corrupt ({str(error).splitlines()[0]})'
             if problem is not None:
                 raise InvalidCheckpointError(
-                    f'Cannot load checkpoint {filename}: {problem}.') from error
+                    f'Cannot load checkpoint {filename}: {problem}.'
+                ) from error
             if not isinstance(error, pickle.UnpicklingError):
                 raise
             raise UnsafeCheckpointError(

@@ -58,15 +58,21 @@ class LoadReport:
         return self.loaded_numel / max(self.total_numel, 1)
 
     def summary(self, max_keys: int = 20) -> str:
+        """The counts, and the first ``max_keys`` keys of each kind."""
+        return '\n'.join([
+            f'Loaded {len(self.loaded)} of {self.total} tensors of '
+            f'{self.model} ({self.loaded_ratio:.0%} of its weights) from '
+            f'{self.checkpoint}.', *self._key_lines(max_keys)
+        ])
+
+    def _key_lines(self, max_keys: int) -> List[str]:
 
         def fmt(keys):
             more = f' ... (+{len(keys) - max_keys})' if len(
                 keys) > max_keys else ''
             return ', '.join(keys[:max_keys]) + more
 
-        lines = [f'Loaded {len(self.loaded)} of {self.total} tensors of '
-                 f'{self.model} ({self.loaded_ratio:.0%} of its weights) '
-                 f'from {self.checkpoint}.']
+        lines = []
         if self.missing:
             lines.append(f'Missing in checkpoint ({len(self.missing)}): '
                          f'{fmt(self.missing)}')
@@ -76,7 +82,12 @@ class LoadReport:
         if self.mismatched:
             lines.append(f'Skipped for shape mismatch '
                          f'({len(self.mismatched)}): {fmt(self.mismatched)}')
-        return '\n'.join(lines)
+        return lines
+
+    def fills(self, min_loaded_ratio: float = MIN_LOADED_RATIO) -> bool:
+        """Whether some tensor and ``min_loaded_ratio`` of the weights are
+        filled."""
+        return bool(self.loaded) and self.loaded_ratio >= min_loaded_ratio
 
     def check(self, min_loaded_ratio: float = MIN_LOADED_RATIO,
               hint: str = '') -> None:
@@ -93,7 +104,7 @@ class LoadReport:
             RuntimeError: Naming the loaded / total, missing, unexpected and
                 mismatched counts.
         """
-        if self.loaded and self.loaded_ratio >= min_loaded_ratio:
+        if self.fills(min_loaded_ratio):
             return
         if not self.loaded:
             verdict = (f'{self.checkpoint} matches none of the {self.total} '
@@ -107,8 +118,8 @@ class LoadReport:
                 f'{len(self.missing)} missing, {len(self.unexpected)} '
                 f'unexpected, {len(self.mismatched)} of another shape. The '
                 'rest would keep random values')
-        raise RuntimeError(f'{verdict}.\n{self.summary(max_keys=8)}'
-                           + (f'\n{hint}' if hint else ''))
+        raise RuntimeError('\n'.join([f'{verdict}.', *self._key_lines(8),
+                                      *([hint] if hint else [])]))
 
 
 def match_state_dict(model: nn.Module, state_dict: StateDict,
