@@ -120,14 +120,20 @@ class VitAttnBackbone(BaseModule, metaclass=_ChecksAfterInit):
     def num_stages(self) -> int:
         """How many stages ``frozen_stages`` counts: ``len(self.stages)``,
         or for a plain ViT ``len(self.blocks)`` (one stage per block).
-        Subclasses with another layout override it."""
+        Subclasses with another layout assign it."""
+        if getattr(self, '_num_stages', None) is not None:
+            return self._num_stages
         for name in ('stages', 'blocks'):
             stages = getattr(self, name, None)
             if isinstance(stages, nn.ModuleList):
                 return len(stages)
         raise NotImplementedError(
             f'{type(self).__name__} keeps its stages neither in self.stages '
-            'nor in self.blocks; override num_stages')
+            'nor in self.blocks; assign self.num_stages')
+
+    @num_stages.setter
+    def num_stages(self, value: int) -> None:
+        self._num_stages = value
 
     def _check_settings(self) -> None:
         """Validate what can only be checked once the layers exist."""
