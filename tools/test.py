@@ -51,6 +51,11 @@ def parse_args():
         choices=['none', 'pytorch', 'slurm', 'mpi'],
         default='none',
         help='job launcher')
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='evaluate even when the checkpoint fills less than half of the '
+        "model's weights (by default refused: the rest would be random)")
     parser.add_argument('--tta', action='store_true',
                         help="test-time augmentation: the config's tta_model "
                         'and tta_pipeline, or else flip TTA (detectors and '
@@ -131,6 +136,8 @@ def main():
                            args.demo)
     task = task_of(cfg)
     cfg.load_from = args.checkpoint
+    if args.allow_partial:
+        cfg.allow_partial_load = True
     if args.show or args.show_dir:
         enable_visualization(cfg, task, args)
     if args.tta:

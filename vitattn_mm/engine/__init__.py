@@ -1,6 +1,8 @@
+from .checkpoint_check import CheckpointCheckHook
 from .hooks import EvaluateBeforeTrainHook, RandomStateHook
 from .optim_wrapper import AutocastOptimWrapper
 
 __all__ = [
-    'AutocastOptimWrapper', 'EvaluateBeforeTrainHook', 'RandomStateHook'
+    'AutocastOptimWrapper', 'CheckpointCheckHook', 'EvaluateBeforeTrainHook',
+    'RandomStateHook'
 ]

@@ -8,13 +8,28 @@ references the buffer's statistics methods through ``getattr``), so
 itself.
 
 We keep every load weights-only and allowlist exactly the data types such
-files hold. ``getattr`` is never allowed in general (it reaches arbitrary
-attributes and so code execution); it is replaced by a resolver that answers
-only ``getattr(HistoryBuffer, <registered statistics method>)``. A file that
-needs anything else is refused with :class:`UnsafeCheckpointError`.
+files hold, plus the plain option containers the official training scripts
+save beside their weights (``argparse.Namespace``; FLatten's yacs
+``CfgNode``, read as a harmless dict stand-in without importing yacs).
+``getattr`` is never allowed in general (it reaches arbitrary attributes and
+so code execution); it is replaced by a resolver that answers only
+``getattr(HistoryBuffer, <registered statistics method>)``.
+
+A file that cannot be loaded is described: empty, not a checkpoint at all,
+a plain pickle rather than a PyTorch checkpoint, damaged (truncated or
+corrupt) — :class:`InvalidCheckpointError` — or a checkpoint that needs
+code beyond the allowlist — :class:`UnsafeCheckpointError`, naming what it
+needs.
 """
+import argparse
 import functools
+import os.path as osp
 import pickle
+import pickletools
+import re
+import zipfile
+from collections import OrderedDict
+from typing import Optional
 
 import numpy as np
 import torch
@@ -24,6 +39,11 @@ from mmengine.runner.checkpoint import CheckpointLoader
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
     """A checkpoint would need arbitrary code to be unpickled."""
+
+
+class InvalidCheckpointError(ValueError):
+    """A file is not a loadable checkpoint: empty, not a checkpoint, a plain
+    pickle, or truncated / corrupt."""
 
 
 _HISTORY_BUFFER_STATISTICS = ('min', 'max', 'current', 'mean')
@@ -37,6 +57,21 @@ def _history_buffer_getattr(obj, name):
     raise UnsafeCheckpointError(
         f'checkpoint asks for getattr({obj!r}, {name!r}), which is not a '
         f'HistoryBuffer statistics method')
+
+
+class YacsConfigStandIn:
+    """What a pickled yacs ``CfgNode`` loads as: an ``OrderedDict`` of its
+    options (nested alike), yacs's bookkeeping flags kept as attributes.
+
+    FLatten's training script (from Swin's) saves its frozen yacs config
+    under ``'config'``. Mapping the pickled name ``yacs.config.CfgNode`` to
+    this factory reads such files without yacs installed and without running
+    any yacs code. It returns an exact ``OrderedDict`` because torch's
+    weights-only unpickler fills no other dict type.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        return OrderedDict()
 
 
 def _numpy_safe_globals():
@@ -62,30 +97,124 @@ SAFE_GLOBALS = [
     (_history_buffer_getattr, 'builtins.getattr'),
     (_history_buffer_getattr, '__builtin__.getattr'),
     *_numpy_safe_globals(),
+    # The official training scripts' options, saved beside the weights:
+    # MSF (torchvision reference) and L2ViT (ConvNeXt's) pickle their
+    # argparse options under 'args', FLatten its yacs config under 'config'.
+    # Both are plain containers of option values.
+    argparse.Namespace,
+    (YacsConfigStandIn, 'yacs.config.CfgNode'),
 ]
+
+_ZIP_MAGIC = b'PK'
+_PICKLE_PROTO = 0x80
+#: How the weights-only unpickler names what it refused, most specific first.
+_REFUSED_PATTERNS = (
+    r'GLOBAL (\S+) was not an allowed global',
+    r'unsupported GLOBAL (\S+) whose module',
+    r'unrecognized function (.+?)(?: which belongs|$)',
+    r'but got (<class .+?>)',
+    r'checkpoint asks for (getattr\(.+?\)), which',
+)
+
+
+def diagnose_checkpoint_file(path: str) -> Optional[str]:
+    """Say what is wrong with a checkpoint file's structure, if anything.
+
+    Reads the file's framing only (the zip directory, or the opcodes of a
+    pickle, never executing them).
+
+    Args:
+        path (str): A local file.
+
+    Returns:
+        str | None: Why the file is not a loadable checkpoint (empty, not a
+        checkpoint, a plain pickle, truncated or corrupt), or None when it
+        is framed as a PyTorch checkpoint.
+    """
+    size = osp.getsize(path)
+    if size == 0:
+        return ('the file is empty (0 bytes); the save or the download was '
+                'interrupted')
+    with open(path, 'rb') as f:
+        head = f.read(2)
+    if head == _ZIP_MAGIC:  # torch.save's format since torch 1.6
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError) as error:
+            return (f'the file is truncated or corrupt: a damaged zip '
+                    f'archive of {size} bytes ({error}); download or copy '
+                    'it again')
+        if not any(name.endswith('data.pkl') for name in names):
+            return ('the file is a zip archive but not a PyTorch checkpoint '
+                    f'(no data.pkl; it holds {names[:5]})')
+        return None
+    if head[0] != _PICKLE_PROTO:
+        return (f'the file is not a checkpoint: neither a PyTorch zip '
+                f'archive nor a pickle ({size} bytes starting with '
+                f'{head!r})')
+    # A pickle: torch's legacy format is the magic number, the protocol
+    # version, system info and the object, pickled one after the other.
+    try:
+        with open(path, 'rb') as f:
+            first = [arg for _, arg, _ in pickletools.genops(f)
+                     if arg is not None]
+            if first[-1:] != [torch.serialization.MAGIC_NUMBER]:
+                return ('the file is a plain pickle, not a PyTorch '
+                        'checkpoint (torch.save writes a zip archive); if '
+                        'you trust it, unpickle it yourself and re-save its '
+                        'tensors with torch.save')
+            for _ in range(3):
+                for _ in pickletools.genops(f):
+                    pass
+    except Exception as error:  # pickletools raises ValueError and others
+        return (f'the file is truncated or corrupt: its pickle data breaks '
+                f'off ({error}); download or copy it again')
+    return None
+
+
+def _refused_name(error: Exception) -> str:
+    """The global, function or class the unpickler refused, in full."""
+    message = str(error)
+    for pattern in _REFUSED_PATTERNS:
+        match = re.search(pattern, message, flags=re.MULTILINE)
+        if match:
+            return match.group(1)
+    # torch puts its own reason after 'WeightsUnpickler error:'.
+    reason = message.split('WeightsUnpickler error:')[-1].strip()
+    return reason.splitlines()[0] if reason else message
 
 
 def _refuse_unsafe(loader):
-    """Wrap an mmengine scheme loader: unpickling errors become clear."""
+    """Wrap an mmengine scheme loader: load failures say what the file is."""
 
     @functools.wraps(loader)
     def load(filename, *args, **kwargs):
         try:
             return loader(filename, *args, **kwargs)
-        except pickle.UnpicklingError as error:
-            # torch wraps the unpickler's reason in a long generic text;
-            # keep the line that names the offending global.
-            lines = [line.strip() for line in str(error).splitlines()]
-            detail = next((line for line in lines if line.startswith(
-                ('Unsupported', 'checkpoint asks', 'Trying to'))),
-                          lines[0] if lines else '')
+        except Exception as error:  # re-raised unless explained below
+            problem = diagnose_checkpoint_file(filename) if isinstance(
+                filename, str) and osp.isfile(filename) else None
+            if problem is None and isinstance(error, EOFError):
+                problem = 'the file is truncated (it ends too early)'
+            if problem is None and 'PytorchStreamReader' in str(error):
+                problem = f'the file is corrupt ({str(error).splitlines()[0]})'
+            if problem is not None:
+                raise InvalidCheckpointError(
+                    f'Cannot load checkpoint {filename}: {problem}.'
+                ) from error
+            if not isinstance(error, pickle.UnpicklingError):
+                raise
             raise UnsafeCheckpointError(
-                f'Refusing to load checkpoint {filename}: unpickling it would '
-                f'run code that is not part of a weights file ({detail}). '
+                f'Refusing to load checkpoint {filename}: unpickling it needs '
+                f'{_refused_name(error)}, which is not part of a weights '
+                'file, and unpickling arbitrary objects can run code. '
                 'vitattn_mm loads every checkpoint weights-only; it accepts '
-                'tensors, numpy arrays and mmengine log buffers. If you '
-                'created this file yourself and trust it, re-save just its '
-                'tensors (torch.save({"state_dict": ...}))') from error
+                'tensors, numpy arrays, mmengine log buffers and the '
+                'training options official releases save (argparse '
+                'Namespace, yacs CfgNode). If you created this file '
+                'yourself and trust it, re-save just its tensors '
+                '(torch.save({"state_dict": ...}))') from error
 
     load._vitattn_mm_safe = True
     return load

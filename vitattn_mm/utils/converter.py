@@ -54,11 +54,9 @@ def converter_main(convert: Callable[[StateDict], StateDict],
         help="container of the weights in SRC, e.g. 'model_ema'; default: "
         "the first of 'state_dict', 'model', 'module'")
     args = parser.parse_args(argv)
-    # Official training scripts also pickle their argparse options (plain
-    # values) beside the weights: allow that type, nothing more.
-    with torch.serialization.safe_globals([argparse.Namespace]):
-        checkpoint = CheckpointLoader.load_checkpoint(args.src,
-                                                      map_location='cpu')
+    # Weights-only; the official scripts' pickled options (argparse
+    # Namespace, yacs CfgNode) are allowlisted by vitattn_mm.utils.checkpoint.
+    checkpoint = CheckpointLoader.load_checkpoint(args.src, map_location='cpu')
     converted = convert(unwrap_state_dict(checkpoint, args.key))
     if osp.dirname(args.dst):
         os.makedirs(osp.dirname(args.dst), exist_ok=True)

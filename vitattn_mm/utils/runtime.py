@@ -111,6 +111,19 @@ def adapt_to_device(cfg: Config) -> None:
                   logger='current')
 
 
+def add_checkpoint_check(cfg: Config) -> None:
+    """Make the Runner refuse a checkpoint that would leave most of the
+    model unloaded (:class:`~vitattn_mm.engine.CheckpointCheckHook`), unless
+    the config registers that hook itself (e.g. with another
+    ``min_loaded_ratio``)."""
+    hooks = list(cfg.get('custom_hooks') or [])
+    if not any(hook.get('type') in ('CheckpointCheckHook',
+                                     'vitattn_mm.CheckpointCheckHook')
+               for hook in hooks):
+        hooks.append(dict(type='CheckpointCheckHook'))
+        cfg.custom_hooks = hooks
+
+
 def load_tool_config(path: str,
                      work_dir: Optional[str] = None,
                      cfg_options: Optional[dict] = None,
@@ -130,6 +143,9 @@ def load_tool_config(path: str,
         demo_root (str, optional): Run on the demo data under this root
             (generated if missing). Default: None.
         demo_iters (int): Training iterations of a demo run. Default: 20.
+
+    Checkpoints the Runner loads (``load_from``, ``--resume``) are checked
+    by :func:`add_checkpoint_check`.
     """
     cfg = Config.fromfile(path)
     if demo_root:
@@ -150,4 +166,5 @@ def load_tool_config(path: str,
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(path))[0])
+    add_checkpoint_check(cfg)
     return cfg

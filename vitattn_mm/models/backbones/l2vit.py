@@ -15,7 +15,6 @@ inside the stem, the downsampling layers and the window attention, cropped
 back), NCHW multi-scale outputs with a LayerNorm each, and a linear
 attention whose products run in fp32 under autocast.
 """
-import argparse
 import re
 from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
@@ -564,13 +563,6 @@ class L2ViT(VitAttnBackbone):
             freeze_module(self.stages[i])
             if i in self.out_indices:
                 freeze_module(getattr(self, f'norm{i}'))
-
-    def init_weights(self) -> None:
-        # The official training script also pickles its argparse.Namespace
-        # (plain option values) under 'args'; allow exactly that type for
-        # this weights-only load.
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            super().init_weights()
 
     @classmethod
     def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:

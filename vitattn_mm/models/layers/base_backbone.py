@@ -8,7 +8,8 @@ from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .pretrained import LoadReport, StateDict, load_pretrained
+from .pretrained import (MIN_LOADED_RATIO, LoadReport, StateDict,
+                         load_pretrained)
 
 ArchZoo = Dict[Union[str, Tuple[str, ...]], dict]
 
@@ -39,7 +40,17 @@ def init_linear_and_norm(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
-class VitAttnBackbone(BaseModule):
+class _ChecksAfterInit(type(BaseModule)):
+    """Metaclass: once the whole ``__init__`` chain has run (the subclass has
+    built its stages), let the instance validate its settings."""
+
+    def __call__(cls, *args, **kwargs):
+        module = super().__call__(*args, **kwargs)
+        module._check_settings()
+        return module
+
+
+class VitAttnBackbone(BaseModule, metaclass=_ChecksAfterInit):
     """Base class of the package's backbones (mmpretrain-style).
 
     Subclasses define ``arch_zoo`` (names or tuples of aliases -> settings),
@@ -50,13 +61,18 @@ class VitAttnBackbone(BaseModule):
     (official key names -> ours) and with a report of what was loaded.
 
     Args:
-        frozen_stages (int): Stages to freeze (and the stem when >= 0).
-            -1 freezes nothing. Default: -1.
+        frozen_stages (int): Stages to freeze (and the stem when >= 0), from
+            -1 (nothing) to ``num_stages - 1`` (everything); other values
+            raise once the backbone is built. Default: -1.
         norm_eval (bool): Keep BatchNorm layers in eval mode while training
             (frozen statistics). Default: False.
         init_cfg (dict | list[dict], optional): Initialisation config.
             ``dict(type='Pretrained', checkpoint=PATH, prefix=None,
-            state_dict_key=None)`` loads a file. Default: None.
+            state_dict_key=None, min_loaded_ratio=0.5)`` loads a file and
+            refuses one that fills less than ``min_loaded_ratio`` of the
+            backbone's weights; ``type`` may be left out when
+            ``checkpoint`` is given (as mmdet users write it).
+            Default: None.
     """
 
     arch_zoo: ArchZoo = {}
@@ -113,6 +129,40 @@ class VitAttnBackbone(BaseModule):
                 raise ValueError(f'arch {key} has {len(value)} entries; it '
                                  f'needs one per stage ({len(depths)})')
 
+    @property
+    def num_stages(self) -> int:
+        """How many stages ``frozen_stages`` counts: ``len(self.stages)``,
+        or for a plain ViT ``len(self.blocks)`` (one stage per block).
+        Subclasses with another layout assign it."""
+        if getattr(self, '_num_stages', None) is not None:
+            return self._num_stages
+        for name in ('stages', 'blocks'):
+            stages = getattr(self, name, None)
+            if isinstance(stages, nn.ModuleList):
+                return len(stages)
+        raise NotImplementedError(
+            f'{type(self).__name__} keeps its stages neither in self.stages '
+            'nor in self.blocks; assign self.num_stages')
+
+    @num_stages.setter
+    def num_stages(self, value: int) -> None:
+        self._num_stages = value
+
+    def _check_settings(self) -> None:
+        """Validate what can only be checked once the layers exist."""
+        if self.frozen_stages == -1:
+            return
+        num_stages = self.num_stages
+        if (not isinstance(self.frozen_stages, int)
+                or isinstance(self.frozen_stages, bool)
+                or not -1 <= self.frozen_stages < num_stages):
+            raise ValueError(
+                f'{type(self).__name__}: frozen_stages='
+                f'{self.frozen_stages!r} is out of range; it has '
+                f'{num_stages} stages, so valid values are -1 (freeze '
+                f'nothing) to {num_stages - 1} (freeze the stem and every '
+                'stage).')
+
     # ------------------------------------------------------------ outputs
     @staticmethod
     def normalize_out_indices(out_indices: Union[int, Sequence[int]],
@@ -160,7 +210,12 @@ class VitAttnBackbone(BaseModule):
 
     def init_weights(self) -> None:
         cfg = self.init_cfg
-        if not (isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'):
+        # mmdet users often write init_cfg=dict(checkpoint=...) without a
+        # type; mmengine would fail on it with a bare KeyError.
+        pretrained = isinstance(cfg, dict) and (
+            cfg.get('type') == 'Pretrained'
+            or ('type' not in cfg and 'checkpoint' in cfg))
+        if not pretrained:
             super().init_weights()
             return
         if 'checkpoint' not in cfg:
@@ -171,5 +226,6 @@ class VitAttnBackbone(BaseModule):
             prefix=cfg.get('prefix'),
             state_dict_key=cfg.get('state_dict_key'),
             convert=self.convert_checkpoint,
-            map_location=cfg.get('map_location', 'cpu'))
+            map_location=cfg.get('map_location', 'cpu'),
+            min_loaded_ratio=cfg.get('min_loaded_ratio', MIN_LOADED_RATIO))
         self._is_init = True

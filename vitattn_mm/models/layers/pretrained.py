@@ -5,11 +5,12 @@ with ``strict=False``, so an official ``{'model': ...}`` file silently loads
 nothing. :func:`load_pretrained` unwraps the usual containers, strips a
 ``backbone.`` prefix, applies the family's key converter, resizes learned
 positional embeddings, and reports what was loaded, missing, unexpected or
-skipped for a shape mismatch. A file that matches no key raises.
+skipped for a shape mismatch. A file that matches no key, or fills less than
+``min_loaded_ratio`` (default half) of the model's weights, raises.
 """
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -21,24 +22,57 @@ StateDict = Dict[str, torch.Tensor]
 #: Containers tried, in order, when a checkpoint file is a dict of dicts.
 STATE_DICT_KEYS = ('state_dict', 'model', 'module')
 
+#: Default smallest fraction of a model's weights (elements of its
+#: floating-point parameters and buffers) a checkpoint must fill. Below it
+#: the load is almost surely the wrong file or layout (another architecture,
+#: an official file given to a whole model ...), and the model would run
+#: with mostly random weights. Weights rather than tensors: a file of a
+#: related family can fill many small tensors (norms, biases) and little
+#: else, e.g. a FLatten-PVT-T file fills 100 of LaViT-T's 175 tensors but
+#: 27% of its weights.
+MIN_LOADED_RATIO = 0.5
+
 
 @dataclass
 class LoadReport:
-    """What :func:`load_pretrained` did."""
+    """What loading a checkpoint into a model did (or would do).
+
+    ``total`` counts the model's tensors (parameters and persistent buffers
+    other than BatchNorm's ``num_batches_tracked``), ``total_numel`` the
+    elements of the floating-point ones (its weights), ``loaded_numel``
+    those the checkpoint fills.
+    """
     checkpoint: str
+    model: str = ''
+    total: int = 0
+    total_numel: int = 0
+    loaded_numel: int = 0
     loaded: List[str] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
     unexpected: List[str] = field(default_factory=list)
     mismatched: List[str] = field(default_factory=list)
 
+    @property
+    def loaded_ratio(self) -> float:
+        """Fraction of the model's weights the checkpoint fills."""
+        return self.loaded_numel / max(self.total_numel, 1)
+
     def summary(self, max_keys: int = 20) -> str:
+        """The counts, and the first ``max_keys`` keys of each kind."""
+        return '\n'.join([
+            f'Loaded {len(self.loaded)} of {self.total} tensors of '
+            f'{self.model} ({self.loaded_ratio:.0%} of its weights) from '
+            f'{self.checkpoint}.', *self._key_lines(max_keys)
+        ])
+
+    def _key_lines(self, max_keys: int) -> List[str]:
 
         def fmt(keys):
             more = f' ... (+{len(keys) - max_keys})' if len(
                 keys) > max_keys else ''
             return ', '.join(keys[:max_keys]) + more
 
-        lines = [f'Loaded {len(self.loaded)} tensors from {self.checkpoint}.']
+        lines = []
         if self.missing:
             lines.append(f'Missing in checkpoint ({len(self.missing)}): '
                          f'{fmt(self.missing)}')
@@ -48,7 +82,98 @@ class LoadReport:
         if self.mismatched:
             lines.append(f'Skipped for shape mismatch '
                          f'({len(self.mismatched)}): {fmt(self.mismatched)}')
-        return '\n'.join(lines)
+        return lines
+
+    def fills(self, min_loaded_ratio: float = MIN_LOADED_RATIO) -> bool:
+        """Whether some tensor and ``min_loaded_ratio`` of the weights are
+        filled."""
+        return bool(self.loaded) and self.loaded_ratio >= min_loaded_ratio
+
+    def check(self, min_loaded_ratio: float = MIN_LOADED_RATIO,
+              hint: str = '') -> None:
+        """Raise unless the checkpoint fills at least ``min_loaded_ratio`` of
+        the model's weights (and always when it fills no tensor).
+
+        Args:
+            min_loaded_ratio (float): Smallest accepted fraction, 0 to 1.
+                Default: :data:`MIN_LOADED_RATIO`.
+            hint (str): Appended to the error: what to do instead.
+                Default: ''.
+
+        Raises:
+            RuntimeError: Naming the loaded / total, missing, unexpected and
+                mismatched counts.
+        """
+        if self.fills(min_loaded_ratio):
+            return
+        if not self.loaded:
+            verdict = (f'{self.checkpoint} matches none of the {self.total} '
+                       f'{self.model} tensors, so nothing would be loaded')
+        else:
+            verdict = (
+                f'{self.checkpoint} fills only {len(self.loaded)} of the '
+                f'{self.total} {self.model} tensors, '
+                f'{self.loaded_ratio:.0%} of its weights (below '
+                f'min_loaded_ratio={min_loaded_ratio:g}): '
+                f'{len(self.missing)} missing, {len(self.unexpected)} '
+                f'unexpected, {len(self.mismatched)} of another shape. The '
+                'rest would keep random values')
+        raise RuntimeError('\n'.join([f'{verdict}.', *self._key_lines(8),
+                                      *([hint] if hint else [])]))
+
+
+def match_state_dict(model: nn.Module, state_dict: StateDict,
+                     checkpoint: str = 'checkpoint'
+                     ) -> Tuple[StateDict, LoadReport]:
+    """Sort a state dict against ``model`` as loading it would.
+
+    Learned positional embeddings (:class:`ResizablePosEmbed`) are resized
+    to the model's grid first, as their ``_load_from_state_dict`` does.
+
+    Args:
+        model (nn.Module): The model to fill.
+        state_dict (dict): Tensors under the model's key names.
+        checkpoint (str): Name of the source, for messages.
+            Default: 'checkpoint'.
+
+    Returns:
+        tuple(dict, LoadReport): The loadable tensors, and the report.
+    """
+    from .pos_embed import ResizablePosEmbed
+    state_dict = OrderedDict(state_dict)
+    for name, module in model.named_modules():
+        key = f'{name}.weight' if name else 'weight'
+        if isinstance(module, ResizablePosEmbed) and isinstance(
+                state_dict.get(key), torch.Tensor):
+            try:
+                state_dict[key] = module.adapt_loaded(state_dict[key])
+            except ValueError:
+                pass  # reported as a shape mismatch below
+
+    model_state = model.state_dict()
+    # BatchNorm's step counters are loaded but not counted as weights.
+    counted = [k for k in model_state if not k.endswith('num_batches_tracked')]
+    numel = {k: v.numel() for k, v in model_state.items()
+             if v.is_floating_point()}
+    report = LoadReport(checkpoint=str(checkpoint),
+                        model=type(model).__name__,
+                        total=len(counted),
+                        total_numel=sum(numel.values()))
+    loadable = OrderedDict()
+    for key, value in state_dict.items():
+        if key not in model_state or not isinstance(value, torch.Tensor):
+            report.unexpected.append(key)
+        elif model_state[key].shape != value.shape:
+            report.mismatched.append(
+                f'{key} {tuple(value.shape)} -> '
+                f'{tuple(model_state[key].shape)}')
+        else:
+            loadable[key] = value
+    report.loaded = [
+        k for k in loadable if not k.endswith('num_batches_tracked')]
+    report.missing = [k for k in counted if k not in state_dict]
+    report.loaded_numel = sum(numel.get(k, 0) for k in loadable)
+    return loadable, report
 
 
 def unwrap_state_dict(checkpoint, key: Optional[str] = None) -> StateDict:
@@ -86,7 +211,8 @@ def load_pretrained(model: nn.Module,
                     state_dict_key: Optional[str] = None,
                     convert: Optional[Callable[[StateDict],
                                                StateDict]] = None,
-                    map_location: str = 'cpu') -> LoadReport:
+                    map_location: str = 'cpu',
+                    min_loaded_ratio: float = MIN_LOADED_RATIO) -> LoadReport:
     """Load a pretrained file into ``model`` and report what happened.
 
     Args:
@@ -101,58 +227,39 @@ def load_pretrained(model: nn.Module,
         convert (callable, optional): Maps the file's key names (e.g. an
             official release's) to the model's. Default: None.
         map_location (str): Default: 'cpu'.
+        min_loaded_ratio (float): Smallest fraction of the model's weights
+            (elements of its floating-point tensors) the file must fill; 0
+            accepts any partial load (a file that fills no tensor is refused
+            regardless). Default: 0.5.
 
     Returns:
         LoadReport: Loaded, missing, unexpected and mismatched keys.
 
     Raises:
-        RuntimeError: If no tensor of the file matches the model.
+        RuntimeError: If no tensor of the file matches the model, or less
+            than ``min_loaded_ratio`` of the model's weights would be filled
+            (nothing is loaded then).
     """
     raw = CheckpointLoader.load_checkpoint(checkpoint, map_location)
     state_dict = unwrap_state_dict(raw, state_dict_key)
-    model_state = model.state_dict()
+    model_keys = model.state_dict().keys()
     if prefix:
         state_dict = strip_prefix(state_dict, prefix)
-    elif not any(k in model_state for k in state_dict) and any(
+    elif not any(k in model_keys for k in state_dict) and any(
             k.startswith('backbone.') for k in state_dict):
         state_dict = strip_prefix(state_dict, 'backbone.')
     if convert is not None:
         state_dict = convert(state_dict)
-    state_dict = OrderedDict(state_dict)
 
-    # Learned positional embeddings follow the model's grid.
-    from .pos_embed import ResizablePosEmbed
-    for name, module in model.named_modules():
-        key = f'{name}.weight' if name else 'weight'
-        if isinstance(module, ResizablePosEmbed) and key in state_dict:
-            state_dict[key] = module.adapt_loaded(state_dict[key])
-
-    report = LoadReport(checkpoint=str(checkpoint))
-    loadable = OrderedDict()
-    for key, value in state_dict.items():
-        if key not in model_state:
-            report.unexpected.append(key)
-        elif model_state[key].shape != value.shape:
-            report.mismatched.append(
-                f'{key} {tuple(value.shape)} -> '
-                f'{tuple(model_state[key].shape)}')
-        else:
-            loadable[key] = value
-    if not loadable:
-        sample = ', '.join(list(state_dict)[:8])
-        raise RuntimeError(
-            f'{checkpoint} matches none of the {type(model).__name__} '
-            f'weights, so nothing would be loaded. First keys in the file: '
-            f'[{sample}]; first keys of the model: '
-            f'[{", ".join(list(model_state)[:8])}]. Is it a checkpoint of '
-            f'this architecture (and, for another layout, does the family '
-            f'converter in tools/model_converters/ know it)?')
+    loadable, report = match_state_dict(model, state_dict, checkpoint)
+    report.check(
+        min_loaded_ratio,
+        hint=(f'First keys in the file: [{", ".join(list(state_dict)[:8])}]; '
+              f'first keys of the model: [{", ".join(list(model_keys)[:8])}]'
+              '. Is it a checkpoint of this architecture (and, for another '
+              'layout, does the family converter in tools/model_converters/ '
+              'know it)? To accept a partial load on purpose, lower '
+              "min_loaded_ratio in the init_cfg (e.g. 0)."))
     model.load_state_dict(loadable, strict=False)
-    report.loaded = list(loadable)
-    report.missing = [
-        k for k in model_state
-        if k not in state_dict and not k.endswith('num_batches_tracked')
-    ]
-    logger = MMLogger.get_current_instance()
-    print_log(report.summary(), logger=logger)
+    print_log(report.summary(), logger=MMLogger.get_current_instance())
     return report
