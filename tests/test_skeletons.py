@@ -165,3 +165,59 @@ def test_mmdet_swin_config_with_only_the_type_changed_trains(
     runner, losses, metrics = run_recipe(cfg)
     assert type(runner.model.backbone).__name__ == cfg.model.backbone.type
     assert 'coco/bbox_mAP' in metrics
+
+
+@pytest.fixture
+def cosine_attention():
+    """The fifth attention of docs/adding_an_attention.md, run from the
+    page itself; unregistered afterwards."""
+    from vitattn_mm.registry import ATTENTIONS
+    with open('docs/adding_an_attention.md') as f:
+        code = f.read().split('```python\n')[1].split('```')[0]
+    namespace = {}
+    exec(compile(code, 'adding_an_attention.md', 'exec'), namespace)
+    yield namespace['CosineAttention']
+    ATTENTIONS._module_dict.pop('CosineAttention')
+
+
+def test_a_new_attention_from_the_guide_plugs_into_every_skeleton(
+        cosine_attention, tmp_path):
+    from vitattn_mm.models.backbones import AttnPVTv2, AttnViT
+    from vitattn_mm.utils import attention_maps
+    cosine = dict(type='CosineAttention')
+    models = [
+        AttnSwinTransformer(TINY, attn_cfgs=[cosine] * 2 + [None] * 2),
+        AttnPVTv2(dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
+                       num_heads=[1, 1, 2, 2], mlp_ratios=[2, 2, 2, 2]),
+                  attn_cfgs=cosine),
+        AttnViT(dict(embed_dims=32, depth=2, num_heads=2), attn_cfgs=cosine),
+    ]
+    x = torch.randn(1, 3, 71, 90)
+    for model in models:
+        assert isinstance(model.get_submodule(
+            'blocks.0.attn' if isinstance(model, AttnViT) else
+            'stages.0.blocks.0.attn'), cosine_attention)
+        outs = _outputs(model, x)
+        assert all(torch.isfinite(o).all() for o in outs)
+    # The attention-map tool draws it from the module's own report.
+    vit = models[-1]
+    maps = attention_maps.layer_maps(vit, x, (40, 30), 'blocks.0.attn')
+    assert maps[0].title == 'CosineAttention'
+    assert maps[0].weights.shape == (5, 6)
+    torch.testing.assert_close(maps[0].weights.sum(), torch.tensor(1.))
+    assert not torch.allclose(maps[0].weights, maps[1].weights)
+
+    # ... and from the command line.
+    import importlib.util
+    import json
+    spec = importlib.util.spec_from_file_location(
+        'visualize_attention', 'tools/visualize_attention.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = tmp_path / 'maps.png'
+    tool.main(['--families', '--size', '64', '64', '--out', str(out),
+               '--layer', 'blocks.0.attn', '--backbone', json.dumps(dict(
+                   type='AttnViT', arch=dict(embed_dims=32, depth=2,
+                                             num_heads=2),
+                   attn_cfgs=cosine))])
+    assert out.stat().st_size > 0

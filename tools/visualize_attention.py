@@ -12,8 +12,14 @@ Examples::
         --families flatten msf --head 0
     python tools/visualize_attention.py \
         --checkpoint flatten=pretrain/flatten_swin_t.pth --out trained.png
+    # any registered token attention, in any skeleton: one more row
+    python tools/visualize_attention.py --families \
+        --backbone '{"type": "AttnViT", "arch": "tiny", "attn_cfgs":
+                     {"type": "FocusedLinearAttention"}}' \
+        --layer blocks.0.attn
 """
 import argparse
+import json
 import os.path as osp
 import sys
 
@@ -52,8 +58,12 @@ def parse_args(argv=None):
     parser.add_argument('--point', type=float, nargs=2, metavar=('X', 'Y'),
                         help='query pixel in the resized image; default: '
                         'the centre')
-    parser.add_argument('--families', nargs='+', default=list(FAMILIES),
+    parser.add_argument('--families', nargs='*', default=list(FAMILIES),
                         choices=list(FAMILIES))
+    parser.add_argument('--backbone', help='one more row: a backbone config '
+                        '(JSON) with any registered token attention')
+    parser.add_argument('--layer', default='stages.0.blocks.0.attn',
+                        help="the --backbone's attention module to draw")
     parser.add_argument('--head', type=int,
                         help='one attention head; default: mean over heads')
     parser.add_argument('--checkpoint', action='append', default=[],
@@ -123,15 +133,25 @@ def main(argv=None):
         sys.exit(f'visualize_attention.py: unknown families {sorted(unknown)}'
                  f'; valid: {sorted(FAMILIES)}')
 
-    rows = []
+    rows, names = [], list(args.families)
     for family in args.families:
         model = build(family, checkpoints.get(family), args.seed)
         rows.append(FAMILIES[family][1](model, image, point, head=args.head))
+    if args.backbone:
+        cfg = json.loads(args.backbone)
+        torch.manual_seed(args.seed)
+        model = MODELS.build(cfg).eval()
+        rows.append(attention_maps.layer_maps(model, image, point, args.layer,
+                                              head=args.head))
+        names.append(cfg['type'])
+    if not rows:
+        sys.exit('visualize_attention.py: nothing to draw (give --families '
+                 'or --backbone)')
     cols = 1 + max(len(r) for r in rows)
     fig, axes = plt.subplots(len(rows), cols, figsize=(2.8 * cols,
                                                        3.4 * len(rows)),
                              squeeze=False)
-    for axrow, family, maps in zip(axes, args.families, rows):
+    for axrow, family, maps in zip(axes, names, rows):
         axrow[0].imshow(rgb)
         axrow[0].plot(*point, marker='+', color='cyan', markersize=12)
         axrow[0].set_title(f'{family}: input, query', fontsize=8)

@@ -97,14 +97,23 @@ def _window_mask(grid: Grid, query: Grid, window: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def flatten_maps(model: nn.Module, image: torch.Tensor,
-                 point: Sequence[float], stage: int = 0, block: int = 0,
-                 head: Optional[int] = None,
-                 window: int = 7) -> List[AttentionMap]:
-    """Focused linear attention of a ``FLattenSwinTransformer`` /
-    ``FLattenPVT`` layer, and softmax over the same q and k: global, and in
-    Swin's ``window`` x ``window`` window."""
-    attn = model.stages[stage].blocks[block].attn
+def layer_maps(model: nn.Module,
+               image: torch.Tensor,
+               point: Sequence[float],
+               layer: str,
+               head: Optional[int] = None,
+               title: Optional[str] = None,
+               note: str = '',
+               window: Optional[int] = None) -> List[AttentionMap]:
+    """Any token attention: where the query under ``point`` looks, as the
+    module ``layer`` (e.g. ``'stages.0.blocks.0.attn'``) reports it
+    (``query_attention``), and dot-product softmax over the same q and k:
+    global and, with ``window``, in Swin's ``window`` x ``window`` window.
+    """
+    attn = model.get_submodule(layer)
+    if not hasattr(attn, 'query_attention'):
+        raise ValueError(f'{layer} ({type(attn).__name__}) does not report '
+                         'its attention (no query_attention method)')
     store = {}
     with _capture(attn, store):
         model(image)
@@ -112,22 +121,35 @@ def flatten_maps(model: nn.Module, image: torch.Tensor,
     query = query_token(point, image.shape[-2:], hw)
     qi = query[0] * hw[1] + query[1]
     own = attn.query_attention(x, hw, qi)
-    softmax = _softmax_rows(own, qi)
     maps = [
-        AttentionMap('FLatten: focused linear', _to_map(
-            _reduce_heads(own.weights, head), own.key_hw), query, hw,
-                     'phi_p(q) phi_p(k)^T / sum; the DWC branch is not an '
-                     'attention distribution and is left out'),
+        AttentionMap(title or type(attn).__name__, _to_map(
+            _reduce_heads(own.weights, head), own.key_hw), query, hw, note),
         AttentionMap('softmax, global (same q, k)', _to_map(
-            _reduce_heads(softmax, head), own.key_hw), query, hw),
+            _reduce_heads(_softmax_rows(own, qi), head), own.key_hw), query,
+                     hw),
     ]
-    if own.key_hw == hw:
+    if window and own.key_hw == hw:
         local = _softmax_rows(own, qi, _window_mask(hw, query, window))
         maps.append(
             AttentionMap(f'softmax, {window}x{window} window (same q, k)',
                          _to_map(_reduce_heads(local, head), own.key_hw),
                          query, hw))
     return maps
+
+
+@torch.no_grad()
+def flatten_maps(model: nn.Module, image: torch.Tensor,
+                 point: Sequence[float], stage: int = 0, block: int = 0,
+                 head: Optional[int] = None,
+                 window: int = 7) -> List[AttentionMap]:
+    """Focused linear attention of a ``FLattenSwinTransformer`` /
+    ``FLattenPVT`` layer, and softmax over the same q and k: global, and in
+    Swin's ``window`` x ``window`` window."""
+    return layer_maps(
+        model, image, point, f'stages.{stage}.blocks.{block}.attn', head,
+        'FLatten: focused linear',
+        'phi_p(q) phi_p(k)^T / sum; the DWC branch is not an attention '
+        'distribution and is left out', window)
 
 
 def _influence(branch: Callable[[torch.Tensor], torch.Tensor],
@@ -202,24 +224,13 @@ def msf_maps(model: nn.Module, image: torch.Tensor,
              head: Optional[int] = None) -> List[AttentionMap]:
     """Gaussian-kernel (mean-shift) attention of an ``MSFViT`` block and
     dot-product softmax over the same q and k."""
-    attn = model.blocks[block].attn
-    if not attn.mean_shift:
+    if not model.blocks[block].attn.mean_shift:
         raise ValueError('the model has softmax attention (mean_shift=False)')
-    store = {}
-    with _capture(attn, store):
-        model(image)
-    x, hw = store['args'][0], tuple(store['args'][1])
-    query = query_token(point, image.shape[-2:], hw)
-    qi = query[0] * hw[1] + query[1]
-    own = attn.query_attention(x, hw, qi)
-    gauss, dot = own.weights, _softmax_rows(own, qi)
-    return [
-        AttentionMap('MSF: Gaussian kernel', _to_map(
-            _reduce_heads(gauss, head), hw), query, hw,
-                     'softmax(-||q - k||^2 / 2 d^-1/2)'),
-        AttentionMap('softmax, dot product (same q, k)', _to_map(
-            _reduce_heads(dot, head), hw), query, hw),
-    ]
+    own, dot = layer_maps(model, image, point, f'blocks.{block}.attn', head,
+                          'MSF: Gaussian kernel',
+                          'softmax(-||q - k||^2 / 2 d^-1/2)')
+    dot.title = 'softmax, dot product (same q, k)'
+    return [own, dot]
 
 
 @torch.no_grad()
