@@ -11,6 +11,7 @@ from mmengine.config import Config
 from mmengine.registry import DATASETS, MODELS, init_default_scope
 
 import vitattn_mm  # noqa: F401
+from vitattn_mm.models.layers import LinspaceOnCPU
 from vitattn_mm.utils.demo_config import make_demo_config
 from vitattn_mm.utils.runtime import task_of
 
@@ -42,11 +43,27 @@ def test_config_conventions_and_build(path, loaded, demo_data):
         f'{path} must load the plugin with allow_failed_imports=False'
     task_of(cfg)  # default_scope from an inherited stock runtime
     init_default_scope(cfg.default_scope)
-    model = MODELS.build(cfg.model)
+    # Shapes only: every config builds in a second on the meta device.
+    with torch.device('meta'), LinspaceOnCPU():
+        model = MODELS.build(cfg.model)
     assert sum(p.numel() for p in model.parameters()) > 0
 
-    # `--demo`: an image as the demo config's pipeline makes it fits the
-    # model (e.g. Swin without small-map padding needs 224 pixels).
+    # `--demo`: the demo config's images are large enough for the backbone
+    # (e.g. Swin without small-map padding needs 193 pixels).
+    demo = make_demo_config(cfg, data_root=demo_data)
+    image = DATASETS.build(demo.train_dataloader.dataset)[0]['inputs']
+    minimum = getattr(model.backbone, 'min_input_size', 1)
+    assert min(image.shape[-2:]) >= minimum, (path, image.shape, minimum)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('path', CONFIGS)
+def test_demo_image_goes_through_the_model(path, loaded, demo_data):
+    """`--demo` for every recipe: an image as the demo config's pipeline
+    makes it goes through the model's backbone and neck."""
+    cfg = load(path, loaded)
+    init_default_scope(cfg.default_scope)
+    model = MODELS.build(cfg.model)
     demo = make_demo_config(cfg, data_root=demo_data)
     image = DATASETS.build(demo.train_dataloader.dataset)[0]['inputs']
     with torch.no_grad():

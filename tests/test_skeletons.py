@@ -149,8 +149,8 @@ def test_checkpoints_of_the_previous_layout_still_load(name, cls, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('path', [
-    'configs/flatten/mask-rcnn_flatten-swin-t_fpn_1x_coco_mmdet-swin.py',
-    'configs/msf/mask-rcnn_msf-swin-t_fpn_1x_coco_mmdet-swin.py',
+    'configs/drop_in/mask-rcnn_flatten-swin-t_fpn_1x_coco.py',
+    'configs/drop_in/mask-rcnn_msf-swin-t_fpn_1x_coco.py',
 ])
 def test_mmdet_swin_config_with_only_the_type_changed_trains(
         path, run_recipe):

@@ -23,27 +23,16 @@ from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.backbones import SwinTransformer
 from mmpretrain.models.utils.attention import WindowMSA
-from torch.overrides import TorchFunctionMode
 
 from ...registry import ATTENTIONS, register_model
-from ..layers import (StateDict, TransformerBlock, VitAttnBackbone,
+from ..layers import (LinspaceOnCPU, StateDict, TransformerBlock,
+                      VitAttnBackbone,
                       build_attention, freeze_module, grid_after_stride,
                       init_linear_and_norm, linear_drop_path_rates,
                       migrate_conv1x1_ffn, to_2tuple_int)
 
 ATTENTIONS.register_module(name='WindowMSA', module=WindowMSA)
 
-
-class _LinspaceOnCPU(TorchFunctionMode):
-    """mmpretrain draws Swin's drop-path rates with
-    ``torch.linspace(...).item()``, which fails when the model is built on
-    the meta device (shape-only builds): compute that one on the CPU."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.linspace:
-            kwargs['device'] = 'cpu'
-        return func(*args, **kwargs)
 
 #: The window attention of a stage that names none: Swin's.
 SWIN_ATTENTION = dict(type='ShiftWindowMSA', window_msa='WindowMSA')
@@ -187,7 +176,7 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
             else:
                 # Blocks are added below; mmpretrain builds the merging.
                 stage_cfgs.append(dict(depth=0, **downsample))
-        with _LinspaceOnCPU():
+        with LinspaceOnCPU():
             SwinTransformer.__init__(
                 self,
                 arch=arch,

@@ -2,7 +2,7 @@ from .attention import QueryAttention, split_heads
 from .base_backbone import (VitAttnBackbone, freeze_module, init_linear_and_norm,
                             linear_drop_path_rates)
 from .blocks import TransformerBlock, build_attention, migrate_conv1x1_ffn
-from .common import check_heads, grid_after_stride
+from .common import LinspaceOnCPU, check_heads, grid_after_stride
 from .patch_embed import PixelNormPatchEmbed
 from .pos_embed import (ResizablePosEmbed, resize_pos_embed,
                         sincos_pos_embed_2d)
@@ -16,7 +16,7 @@ __all__ = [
     'QueryAttention', 'split_heads',
     'VitAttnBackbone', 'freeze_module', 'init_linear_and_norm',
     'linear_drop_path_rates', 'TransformerBlock', 'build_attention',
-    'migrate_conv1x1_ffn', 'check_heads', 'grid_after_stride',
+    'migrate_conv1x1_ffn', 'LinspaceOnCPU', 'check_heads', 'grid_after_stride',
     'PixelNormPatchEmbed', 'ResizablePosEmbed', 'resize_pos_embed',
     'sincos_pos_embed_2d', 'LoadReport', 'StateDict',
     'load_pretrained', 'unwrap_state_dict', 'RelativePositionBias',

@@ -1,6 +1,9 @@
-"""Small shape helpers every family uses."""
+"""Small helpers every family uses."""
 import math
 from typing import Sequence, Tuple
+
+import torch
+from torch.overrides import TorchFunctionMode
 
 
 def grid_after_stride(hw_shape: Sequence[int], stride: int) -> Tuple[int, int]:
@@ -16,3 +19,19 @@ def check_heads(embed_dims: int, num_heads: int) -> int:
         raise ValueError(f'embed_dims {embed_dims} is not divisible by '
                          f'num_heads {num_heads}')
     return embed_dims // num_heads
+
+
+class LinspaceOnCPU(TorchFunctionMode):
+    """Compute ``torch.linspace`` on the CPU inside this context.
+
+    mmpretrain's and mmdet's Swin draw their drop-path rates with
+    ``torch.linspace(...).item()``, which fails when a model is built on the
+    meta device (shape-only builds: parameter counts, config checks). Use
+    ``with torch.device('meta'), LinspaceOnCPU(): MODELS.build(cfg)``.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.linspace:
+            kwargs['device'] = 'cpu'
+        return func(*args, **kwargs)
