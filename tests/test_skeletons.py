@@ -221,3 +221,9 @@ def test_a_new_attention_from_the_guide_plugs_into_every_skeleton(
                                              num_heads=2),
                    attn_cfgs=cosine))])
     assert out.stat().st_size > 0
+
+
+def test_unknown_window_attention_lists_the_registered_ones():
+    with pytest.raises(KeyError, match='MeanShiftAttention'):
+        AttnSwinTransformer(TINY, attn_cfgs=dict(type='ShiftWindowMSA',
+                                                 window_msa='NoSuchWindow'))

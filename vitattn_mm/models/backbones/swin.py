@@ -26,7 +26,7 @@ from mmpretrain.models.utils.attention import WindowMSA
 
 from ...registry import ATTENTIONS, register_model
 from ..layers import (LinspaceOnCPU, StateDict, TransformerBlock,
-                      VitAttnBackbone,
+                      VitAttnBackbone, attention_class,
                       build_attention, freeze_module, grid_after_stride,
                       init_linear_and_norm, linear_drop_path_rates,
                       migrate_conv1x1_ffn, to_2tuple_int)
@@ -160,9 +160,8 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
             if self.is_window_attention(cfg):
                 window = dict(cfg)
                 window.pop('type')
-                window_msa = window.pop('window_msa', 'WindowMSA')
-                if isinstance(window_msa, str):
-                    window_msa = ATTENTIONS.get(window_msa)
+                window_msa = attention_class(
+                    window.pop('window_msa', 'WindowMSA'))
                 if attn_drop_rate:
                     window.setdefault('attn_drop', attn_drop_rate)
                 attn = dict(window_msa=window_msa, qkv_bias=qkv_bias,

@@ -1,7 +1,8 @@
 from .attention import QueryAttention, split_heads
 from .base_backbone import (VitAttnBackbone, freeze_module, init_linear_and_norm,
                             linear_drop_path_rates)
-from .blocks import TransformerBlock, build_attention, migrate_conv1x1_ffn
+from .blocks import (TransformerBlock, attention_class, build_attention,
+                     migrate_conv1x1_ffn)
 from .common import LinspaceOnCPU, check_heads, grid_after_stride
 from .patch_embed import PixelNormPatchEmbed
 from .pos_embed import (ResizablePosEmbed, resize_pos_embed,
@@ -15,7 +16,8 @@ from .windows import (RelativePositionBias, crop_tokens, pad_to_multiple,
 __all__ = [
     'QueryAttention', 'split_heads',
     'VitAttnBackbone', 'freeze_module', 'init_linear_and_norm',
-    'linear_drop_path_rates', 'TransformerBlock', 'build_attention',
+    'linear_drop_path_rates', 'TransformerBlock', 'attention_class',
+    'build_attention',
     'migrate_conv1x1_ffn', 'LinspaceOnCPU', 'check_heads', 'grid_after_stride',
     'PixelNormPatchEmbed', 'ResizablePosEmbed', 'resize_pos_embed',
     'sincos_pos_embed_2d', 'LoadReport', 'StateDict',

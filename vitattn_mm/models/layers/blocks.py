@@ -2,7 +2,7 @@
 """
 import inspect
 import re
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -14,6 +14,16 @@ from mmdet.models.backbones.pvt import MixFFN
 from mmengine.model import BaseModule
 
 from ...registry import ATTENTIONS
+
+
+def attention_class(name: Union[str, type]) -> type:
+    """The registered attention ``name`` (a class passes through); a clear
+    error listing the registered ones otherwise."""
+    cls = ATTENTIONS.get(name) if isinstance(name, str) else name
+    if cls is None:
+        raise KeyError(f'attention {name!r} is not registered; registered: '
+                       f'{sorted(ATTENTIONS.module_dict)}')
+    return cls
 
 
 def build_attention(cfg: dict,
@@ -32,12 +42,7 @@ def build_attention(cfg: dict,
             them.
     """
     cfg = dict(cfg)
-    cls = ATTENTIONS.get(cfg['type']) if isinstance(cfg['type'],
-                                                    str) else cfg['type']
-    if cls is None:
-        raise KeyError(f"attention {cfg['type']!r} is not registered; "
-                       f'registered: {sorted(ATTENTIONS.module_dict)}')
-    params = inspect.signature(cls).parameters
+    params = inspect.signature(attention_class(cfg['type'])).parameters
     for key, value in (context or {}).items():
         if key in params:
             cfg.setdefault(key, value)
