@@ -30,7 +30,7 @@ from ...registry import register_model
 from ..layers import (ResizablePosEmbed, VitAttnBackbone, crop_tokens,
                       freeze_module, init_linear_and_norm,
                       linear_drop_path_rates, pad_to_multiple, to_2tuple_int,
-                      window_partition, window_reverse)
+                      use_traceable_padding, window_partition, window_reverse)
 
 StateDict = Dict[str, torch.Tensor]
 
@@ -419,6 +419,7 @@ class FLattenSwinTransformer(VitAttnBackbone):
             self.add_module(f'norm{i}',
                             build_norm_layer(norm_cfg, embed_dims[i])[1])
         self.apply(self._init_weights)
+        use_traceable_padding(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -675,6 +676,7 @@ class FLattenPVT(VitAttnBackbone):
                 stage['norm'] = build_norm_layer(norm_cfg, embed_dims[i])[1]
             self.stages.append(stage)
         self.apply(self._init_weights)
+        use_traceable_padding(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

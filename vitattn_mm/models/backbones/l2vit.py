@@ -35,7 +35,7 @@ from mmpretrain.models.utils import ConditionalPositionEncoding
 from ...registry import register_model
 from ..layers import (VitAttnBackbone, crop_tokens, freeze_module,
                       linear_drop_path_rates, pad_to_multiple, to_2tuple_int,
-                      window_partition, window_reverse)
+                      use_traceable_padding, window_partition, window_reverse)
 
 StateDict = Dict[str, torch.Tensor]
 
@@ -519,6 +519,7 @@ class L2ViT(VitAttnBackbone):
             self.add_module(f'norm{i}',
                             build_norm_layer(norm_cfg, embed_dims[i])[1])
         self.apply(self._init_weights)
+        use_traceable_padding(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

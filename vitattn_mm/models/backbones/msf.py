@@ -27,9 +27,10 @@ from mmengine.model import BaseModule, ModuleList
 from mmpretrain.models.backbones.swin_transformer import SwinBlock
 
 from ...registry import register_model
-from ..layers import (RelativePositionBias, ResizablePosEmbed,
-                      VitAttnBackbone, freeze_module, init_linear_and_norm,
-                      linear_drop_path_rates, to_2tuple_int)
+from ..layers import (RelativePositionBias, ResizablePosEmbed, VitAttnBackbone,
+                      freeze_module, init_linear_and_norm,
+                      linear_drop_path_rates, to_2tuple_int,
+                      use_traceable_padding)
 
 StateDict = Dict[str, torch.Tensor]
 
@@ -455,6 +456,7 @@ class MSFSwinTransformer(VitAttnBackbone):
             self.add_module(f'norm{i}',
                             build_norm_layer(norm_cfg, embed_dims[i])[1])
         self.apply(self._init_weights)
+        use_traceable_padding(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
