@@ -36,6 +36,36 @@ class _DetectorFeatures(nn.Module):
         return tuple(self.detector.extract_feat(x))
 
 
+class _ScaleUpsample(nn.Module):
+    """mmseg's ``Upsample`` for an integer ``scale_factor``, as
+    ``F.interpolate(scale_factor=...)``: mmseg computes the output size
+    with ``int()``, which the TorchScript exporter records as a constant.
+    For integer factors both give the same size and sampling positions."""
+
+    def __init__(self, upsample: nn.Module):
+        super().__init__()
+        self.scale_factor = upsample.scale_factor
+        self.mode = upsample.mode
+        self.align_corners = upsample.align_corners
+
+    @staticmethod
+    def supports(module: nn.Module) -> bool:
+        try:
+            from mmseg.models.utils import Upsample
+        except ImportError:  # pragma: no cover
+            return False
+        factor = getattr(module, 'scale_factor', None)
+        return (type(module) is Upsample and not module.size
+                and isinstance(factor, float) and factor.is_integer())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(
+            x,
+            scale_factor=self.scale_factor,
+            mode=self.mode,
+            align_corners=self.align_corners)
+
+
 class _SegmentorLogits(nn.Module):
     """A whole encoder-decoder segmentor: ``images -> per-pixel logits`` at
     the input size (what ``encode_decode`` computes, with the output size
@@ -44,6 +74,10 @@ class _SegmentorLogits(nn.Module):
     def __init__(self, segmentor: nn.Module):
         super().__init__()
         self.segmentor = segmentor
+        for module in list(segmentor.modules()):
+            for name, child in list(module.named_children()):
+                if _ScaleUpsample.supports(child):
+                    setattr(module, name, _ScaleUpsample(child))
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor]:
         logits = self.segmentor.decode_head(self.segmentor.extract_feat(x))
@@ -71,8 +105,9 @@ def wrap_for_export(model: nn.Module) -> Tuple[nn.Module, str]:
     Args:
         model (nn.Module): A backbone, or an mmdet detector (exported up to
             its neck), an mmseg encoder-decoder segmentor (whole, logits at
-            the input size) or an mmpretrain image classifier (whole, class
-            scores).
+            the input size; its integer-factor ``Upsample`` layers are
+            replaced, in place, by an equal size-agnostic form) or an
+            mmpretrain image classifier (whole, class scores).
 
     Returns:
         tuple[nn.Module, str]: The module to export and what it computes.

@@ -20,10 +20,22 @@ def is_capturing() -> bool:
             or torch.compiler.is_compiling())
 
 
+def padded_size(size, multiple: int):
+    """``size`` rounded up to a multiple of ``multiple``, as
+    ``ceil(size / multiple) * multiple``.
+
+    Written with one occurrence of ``size``: ``size + (-size) % multiple``
+    is equal, but under ``torch.compile`` the symbolic size of every later
+    stage repeats the expression of the one before, so the expressions (and
+    the compile time) grow exponentially with the number of stages.
+    """
+    return -(-size // multiple) * multiple
+
+
 class CornerPadding(AdaptivePadding):
     """mmcv's ``AdaptivePadding`` in 'corner' mode for ``kernel == stride``
     (patch embeddings, patch merging, strided reductions), with the padding
-    computed as ``(-size) % stride``.
+    computed from :func:`padded_size`.
 
     mmcv computes it with ``math.ceil`` and pads only when it is non-zero:
     the size leaves the graph (a constant in an ONNX file, a recompile
@@ -33,8 +45,8 @@ class CornerPadding(AdaptivePadding):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pad_h = (-x.shape[-2]) % self.stride[0]
-        pad_w = (-x.shape[-1]) % self.stride[1]
+        pad_h = padded_size(x.shape[-2], self.stride[0]) - x.shape[-2]
+        pad_w = padded_size(x.shape[-1], self.stride[1]) - x.shape[-1]
         if is_capturing() or pad_h or pad_w:
             x = F.pad(x, [0, pad_w, 0, pad_h])
         return x

@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model.weight_init import trunc_normal_
 
-from .graph_capture import is_capturing
+from .graph_capture import is_capturing, padded_size
 
 
 def to_2tuple_int(value) -> Tuple[int, int]:
@@ -36,11 +36,10 @@ def pad_to_multiple(x: torch.Tensor, hw: Tuple[int, int],
     B, _, C = x.shape
     H, W = hw
     x = x.view(B, H, W, C)
-    pad_h = (window[0] - H % window[0]) % window[0]
-    pad_w = (window[1] - W % window[1]) % window[1]
-    if is_capturing() or pad_h or pad_w:
-        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-    return x, (H + pad_h, W + pad_w)
+    Hp, Wp = padded_size(H, window[0]), padded_size(W, window[1])
+    if is_capturing() or Hp != H or Wp != W:
+        x = F.pad(x, (0, 0, 0, Wp - W, 0, Hp - H))
+    return x, (Hp, Wp)
 
 
 def window_partition(x: torch.Tensor,
