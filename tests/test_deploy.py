@@ -7,7 +7,6 @@ import sys
 import pytest
 import torch
 from mmcv.cnn.bricks.transformer import AdaptivePadding, PatchEmbed
-from mmengine.registry import MODELS, init_default_scope
 
 import vitattn_mm  # noqa: F401
 from vitattn_mm.deployment import check_onnx, export_onnx, wrap_for_export
@@ -15,41 +14,9 @@ from vitattn_mm.models.backbones.lavit import ConvAttentionTransform
 from vitattn_mm.models.layers import (CornerPadding, ResizablePosEmbed,
                                       VitAttnBackbone, use_traceable_padding)
 
+from tiny_backbones import TINY_BACKBONES, build_tiny  # noqa: E402
+
 pytest.importorskip('onnxruntime')
-
-#: Small instances of every registered backbone (two to four stages, one
-#: or two blocks each): the export paths are the full models', the graphs
-#: only shorter.
-TINY_BACKBONES = {
-    'FLattenSwinTransformer':
-    dict(arch=dict(embed_dims=16, depths=[1, 2, 1, 2],
-                   num_heads=[1, 2, 2, 4])),
-    'FLattenPVT':
-    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
-                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
-    'FLattenPVTv2':
-    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
-                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
-    'L2ViT':
-    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 2, 1],
-                   num_heads=[1, 2, 2, 4])),
-    'LaViT':
-    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 2, 2],
-                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2],
-                   la_start=[0, 0, 2, 2])),
-    'MSFSwinTransformer':
-    dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 2],
-                   num_heads=[1, 2, 2, 4])),
-    'MSFViT':
-    dict(arch=dict(embed_dims=32, depth=2, num_heads=2), out_indices=(0, 1)),
-}
-
-
-def build_tiny(name: str) -> torch.nn.Module:
-    init_default_scope('mmdet')
-    torch.manual_seed(0)
-    return MODELS.build(dict(type=name, **TINY_BACKBONES[name])).eval()
-
 
 def test_every_registered_backbone_is_covered():
     from mmdet.registry import MODELS as DET_MODELS
@@ -145,12 +112,23 @@ def test_lavit_batched_transform_equals_default():
 def test_pos_embed_resize_is_in_graph_when_traced():
     """Traced at one grid, the resized embedding follows another grid (and
     is the identity at the learned grid)."""
-    pos = ResizablePosEmbed(4, (6, 8))
-    traced = torch.jit.trace(
-        lambda x: pos((x.shape[-2], x.shape[-1])), torch.zeros(1, 1, 3, 5))
-    for hw in [(6, 8), (9, 11)]:
-        torch.testing.assert_close(
-            traced(torch.zeros(1, 1, *hw)), pos(hw), rtol=1e-6, atol=1e-6)
+
+    class GridEmbed(torch.nn.Module):
+
+        def __init__(self):
+            super().__init__()
+            self.pos = ResizablePosEmbed(4, (6, 8))
+
+        def forward(self, x):
+            return self.pos((x.shape[-2], x.shape[-1]))
+
+    module = GridEmbed().eval()
+    with torch.no_grad():
+        traced = torch.jit.trace(module, torch.zeros(1, 1, 3, 5))
+        for hw in [(6, 8), (9, 11)]:
+            torch.testing.assert_close(
+                traced(torch.zeros(1, 1, *hw)), module.pos(hw), rtol=1e-6,
+                atol=1e-6)
 
 
 def test_wrap_for_export_refuses_other_models():

@@ -27,9 +27,11 @@ def padded_size(size, multiple: int):
     Written with one occurrence of ``size``: ``size + (-size) % multiple``
     is equal, but under ``torch.compile`` the symbolic size of every later
     stage repeats the expression of the one before, so the expressions (and
-    the compile time) grow exponentially with the number of stages.
+    the compile time) grow exponentially with the number of stages. Only
+    non-negative operands: ONNX's integer division truncates towards zero,
+    so ``-(-size // multiple)`` would round the wrong way in an ONNX graph.
     """
-    return -(-size // multiple) * multiple
+    return (size + multiple - 1) // multiple * multiple
 
 
 class CornerPadding(AdaptivePadding):
