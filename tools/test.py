@@ -16,6 +16,7 @@ from mmengine.runner import Runner
 
 import vitattn_mm  # noqa: F401  (registers models, safe checkpoint loading)
 from vitattn_mm.utils import adapt_to_device, setup_launcher, task_of
+from vitattn_mm.utils.compile import compile_test_step
 from vitattn_mm.utils.runtime import load_tool_config
 
 
@@ -131,6 +132,7 @@ def main():
 
     runner = (Runner.from_cfg(cfg)
               if 'runner_type' not in cfg else RUNNERS.build(cfg))
+    compile_test_step(runner)  # a config's compile=... as training has it
     if args.out is not None:
         add_dump_metric(runner, task, args.out)
     runner.test()

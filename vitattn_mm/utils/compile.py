@@ -93,3 +93,23 @@ def compile_backbone(model: nn.Module,
     if mode is not None:
         kwargs['mode'] = mode
     return torch.compile(model, **kwargs)
+
+
+def compile_test_step(runner) -> bool:
+    """Compile ``runner.model.test_step`` as mmengine compiles
+    ``train_step`` when the config sets ``compile`` (``True`` or a dict of
+    ``torch.compile`` arguments); mmengine's runner compiles only training.
+    Call it before ``runner.test()`` / ``runner.val()``.
+
+    Returns:
+        bool: Whether it compiled.
+    """
+    compile_cfg = runner.cfg.get('compile')
+    if not compile_cfg:
+        return False
+    if compile_cfg is True:
+        compile_cfg = {}
+    runner.model.test_step = torch.compile(runner.model.test_step,
+                                           **dict(compile_cfg))
+    runner.logger.info(f'test_step compiled with {dict(compile_cfg)}')
+    return True
