@@ -28,6 +28,7 @@ def test_every_registered_backbone_is_covered():
     assert registered == set(TINY_BACKBONES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(TINY_BACKBONES))
 def test_backbone_onnx_round_trip_at_other_sizes(name, tmp_path):
     """Traced at one size, the file runs at a larger and at an odd size

@@ -6,6 +6,7 @@ The backbones keep input sizes symbolic while a graph is captured (see
 graph break in the attention modules. :func:`compile_stats` counts what
 dynamo did, for the benchmark and the tests.
 """
+import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +42,10 @@ class CompileStats:
 def compile_stats(reset: bool = True) -> Iterator[CompileStats]:
     """Count the graphs, recompiles and graph breaks of the code inside.
 
+    Turns on dynamo's recompile log (``torch._logging.set_logs(
+    recompiles=True)``, left on: each recompile prints the guard that
+    failed) and counts its messages.
+
     Args:
         reset (bool): Start from an empty dynamo cache, so the first call
             compiles (and is timed) inside the block. Default: True.
@@ -57,15 +62,40 @@ def compile_stats(reset: bool = True) -> Iterator[CompileStats]:
     if reset:
         torch._dynamo.reset()
     counters.clear()
+    # Dynamo counts graphs and graph breaks, but reports a recompile only
+    # through its 'recompiles' log (which also says which guard failed):
+    # turn it on and count its messages.
+    torch._logging.set_logs(recompiles=True)
+    recompiles = _MessageCounter('Recompiling function')
+    logger = logging.getLogger(_RECOMPILES_LOGGER)
+    logger.addHandler(recompiles)
     stats = CompileStats()
     start = time.perf_counter()
     try:
         yield stats
     finally:
         stats.seconds = time.perf_counter() - start
+        logger.removeHandler(recompiles)
         stats.graphs = counters['stats'].get('unique_graphs', 0)
-        stats.recompiles = sum(counters['recompiles'].values())
+        stats.recompiles = recompiles.count
         stats.graph_breaks = dict(counters['graph_break'])
+
+
+#: Where dynamo logs each recompile and the guard that caused it.
+_RECOMPILES_LOGGER = 'torch._dynamo.guards.__recompiles'
+
+
+class _MessageCounter(logging.Handler):
+    """Counts log records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str):
+        super().__init__(logging.DEBUG)
+        self.prefix = prefix
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(self.prefix):
+            self.count += 1
 
 
 def compile_backbone(model: nn.Module,
