@@ -14,7 +14,7 @@ from vitattn_mm.models.backbones.lavit import ConvAttentionTransform
 from vitattn_mm.models.layers import (CornerPadding, ResizablePosEmbed,
                                       VitAttnBackbone, use_traceable_padding)
 
-from tiny_backbones import TINY_BACKBONES, build_tiny  # noqa: E402
+from tiny_backbones import TINY_BACKBONES, build_tiny
 
 pytest.importorskip('onnxruntime')
 

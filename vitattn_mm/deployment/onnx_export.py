@@ -9,7 +9,7 @@ and width through the TorchScript exporter (see docs/deployment.md for the
 per-backbone results with both); :func:`export_onnx` uses it by default.
 """
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 import torch
