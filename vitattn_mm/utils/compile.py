@@ -143,3 +143,12 @@ def compile_test_step(runner) -> bool:
                                            **dict(compile_cfg))
     runner.logger.info(f'test_step compiled with {dict(compile_cfg)}')
     return True
+
+
+def add_compile_backbone_hook(cfg, backend: str = 'inductor') -> None:
+    """Append a :class:`~vitattn_mm.engine.CompileBackboneHook` (dynamic
+    shapes, ``backend``) to ``cfg.custom_hooks``: what the tools'
+    ``--compile-backbone`` does."""
+    hooks = list(cfg.get('custom_hooks', None) or [])
+    hooks.append(dict(type='CompileBackboneHook', backend=backend))
+    cfg.custom_hooks = hooks
