@@ -46,3 +46,32 @@ def test_compile_stats_counts_recompiles():
     stats, _ = _compiled_outputs(
         build_tiny('MSFViT'), [(64, 64), (80, 96)], dynamic=False)
     assert stats.recompiles >= 1 and stats.graphs >= 2, str(stats)
+
+
+def test_compile_backbone_hook_compiles_backbone_only():
+    """The hook compiles ``backbone.forward`` (one graph for two sizes) and
+    leaves the checkpoint keys as they were."""
+    from types import SimpleNamespace
+
+    from mmengine.config import Config
+    from mmengine.logging import MMLogger
+
+    from vitattn_mm.engine import CompileBackboneHook
+    from vitattn_mm.utils.compile import add_compile_backbone_hook
+
+    cfg = Config(dict(custom_hooks=[dict(type='EvaluateBeforeTrainHook')]))
+    add_compile_backbone_hook(cfg, 'eager')
+    assert cfg.custom_hooks[-1] == dict(type='CompileBackboneHook',
+                                        backend='eager')
+
+    model = torch.nn.Module()
+    model.backbone = build_tiny('MSFViT')
+    keys = list(model.state_dict())
+    runner = SimpleNamespace(
+        model=model, logger=MMLogger.get_instance('test_compile'))
+    CompileBackboneHook(backend='eager').before_run(runner)
+    assert list(model.state_dict()) == keys
+    with compile_stats() as stats, torch.no_grad():
+        for shape in [(64, 96), (80, 112)]:
+            model.backbone(torch.randn(1, 3, *shape))
+    assert (stats.graphs, stats.recompiles) == (1, 0), str(stats)
