@@ -41,6 +41,18 @@ def test_backbone_onnx_round_trip_at_other_sizes(name, tmp_path):
         assert result.max_abs_diff < 1e-4, (name, str(result))
 
 
+@pytest.mark.slow
+def test_dynamo_exporter_round_trip(tmp_path):
+    """The dynamo exporter too, on MSF's attention (exported in its explicit
+    form: the exporter cannot decompose the fused one on symbolic sizes)."""
+    pytest.importorskip('onnxscript')
+    model = build_tiny('MSFViT')
+    path = str(tmp_path / 'msf_vit.onnx')
+    export_onnx(model, path, (64, 96), dynamic=True, exporter='dynamo')
+    for result in check_onnx(path, model, [(96, 128), (97, 131)]):
+        assert result.max_abs_diff < 1e-4, str(result)
+
+
 def test_static_export_rejects_other_sizes(tmp_path):
     """Without ``dynamic`` the input size is fixed (ONNX Runtime refuses
     another), so ``dynamic`` is what makes the round trip above work."""

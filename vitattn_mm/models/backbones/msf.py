@@ -124,7 +124,8 @@ class MeanShiftAttention(BaseModule):
     ``fused=True`` runs ``F.scaled_dot_product_attention`` with the key-norm
     term folded into the additive bias (a ``(B, H, 1, N)`` broadcast for
     global attention); ``fused=False`` writes the same computation as
-    matmul, softmax, matmul. Both give the same result.
+    matmul, softmax, matmul. Both give the same result; ONNX export always
+    writes the explicit form.
 
     Args:
         embed_dims (int): Channels C (= heads x head channels).
@@ -206,7 +207,9 @@ class MeanShiftAttention(BaseModule):
         if self.mean_shift:
             key_bias = k.pow(2).sum(-1).unsqueeze(-2) * (-0.5 * self.scale)
             bias = key_bias if bias is None else bias + key_bias
-        if self.fused:
+        # ONNX export takes the explicit form (the same result): the dynamo
+        # exporter cannot decompose SDPA with this mask on symbolic sizes.
+        if self.fused and not torch.onnx.is_in_onnx_export():
             out = F.scaled_dot_product_attention(
                 q,
                 k,
