@@ -58,3 +58,22 @@ def test_cli_sweep_writes_csv_and_plot(tmp_path):
     assert 'fitted exponents' in result.stdout
     assert (tmp_path / 'benchmark_sweep_forward.png').stat().st_size > 1000
     assert (tmp_path / 'benchmark_sweep_forward.csv').exists()
+
+
+@pytest.mark.slow
+def test_cli_compile_side_by_side(tmp_path):
+    """``--compile``: compile statistics over the sizes, then eager and
+    compiled latency of the same model side by side."""
+    spec = ('{"type": "MSFViT", "arch": {"embed_dims": 32, "depth": 2, '
+            '"num_heads": 2}}')
+    result = subprocess.run(
+        [sys.executable, 'tools/benchmark.py', spec, '--compile',
+         '--compile-backend', 'eager', '--shape', '64', '96', '--shape',
+         '80', '112', '--repeats', '1', '--warmup', '1', '--out-dir',
+         str(tmp_path)], capture_output=True, text=True, check=True)
+    out = result.stdout
+    assert 'compiled vs eager' in out and f'{spec} (compiled)' in out
+    row = next(line for line in out.splitlines()[::-1]
+               if line.startswith(spec))
+    # compile s, graphs, recompiles, graph breaks
+    assert row.split()[-3:] == ['1', '0', '0'], row

@@ -9,6 +9,12 @@ Models are preset names (``--list``), config files (their backbone),
     python tools/benchmark.py --suite --shape 800 1280
     # resolution sweep: fitted scaling exponents, CSV and PNG plot
     python tools/benchmark.py flatten-swin-t swin-t vit-s --sweep 512 2048 --steps 4
+    # torch.compile vs eager: compile time, graphs / recompiles over the
+    # sizes, steady-state latency side by side
+    python tools/benchmark.py msf-vit-s --compile --shape 224 320 --shape 256 384
+    # the GPU figures of docs/benchmarks.md (forward, then training step)
+    python tools/benchmark.py --suite --device cuda --amp --compile
+    python tools/benchmark.py --suite --device cuda --amp --compile --train
 """
 import argparse
 import os
@@ -23,7 +29,8 @@ from tqdm import tqdm
 import vitattn_mm  # noqa: F401
 from vitattn_mm.utils.benchmark import (PRESETS, SUITE, build_backbone,
                                         fit_exponent, measure, plot_sweep,
-                                        write_csv)
+                                        run_once, write_csv)
+from vitattn_mm.utils.compile import compile_backbone, compile_stats
 
 
 def parse_args():
@@ -53,6 +60,15 @@ def parse_args():
                         help='torch intra-op threads on CPU')
     parser.add_argument('--out-dir', default='work_dirs/benchmark',
                         help='where CSV and PNG go')
+    parser.add_argument('--compile', action='store_true',
+                        help='also time each model under torch.compile '
+                        '(dynamic shapes): compile time, graphs and '
+                        'recompiles over the --shape sizes, latency ratio')
+    parser.add_argument('--compile-backend', default='inductor',
+                        help="dynamo backend: 'inductor' (default), "
+                        "'aot_eager' or 'eager'")
+    parser.add_argument('--compile-mode', help="inductor mode, e.g. "
+                        "'max-autotune'")
     parser.add_argument('--list', action='store_true',
                         help='list the preset names and exit')
     return parser.parse_args()
@@ -91,6 +107,35 @@ def report(results, baseline, unit_ms=True):
     return '\n'.join(lines)
 
 
+def compile_and_warm(model, shapes, args):
+    """Compile ``model`` and run it once at every size: returns the
+    compiled module and what compiling cost (time, graphs, recompiles)."""
+    device = torch.device(args.device)
+    model.to(device).train(args.train)
+    compiled = compile_backbone(model, args.compile_backend,
+                                mode=args.compile_mode)
+    with compile_stats() as stats:
+        for shape in shapes:
+            x = torch.randn(args.batch, 3, *shape, device=device)
+            run_once(compiled, x, 'train' if args.train else 'forward',
+                      args.amp)
+    return compiled, stats
+
+
+def compile_report(results):
+    """Compiled vs eager latency of each model measured at one size."""
+    lines = [f'{"compiled vs eager":<26}{"eager ms":>11}{"compiled ms":>13}'
+             f'{"ratio":>8}']
+    for name, m in results.items():
+        compiled = results.get(f'{name} (compiled)')
+        if compiled is None:
+            continue
+        lines.append(f'{name:<26}{m.median * 1e3:>11.1f}'
+                     f'{compiled.median * 1e3:>13.1f}'
+                     f'{compiled.median / m.median:>8.2f}')
+    return '\n'.join(lines)
+
+
 def main():
     args = parse_args()
     if args.list:
@@ -123,8 +168,16 @@ def main():
     rows = []
     progress = tqdm(total=len(groups) * len(shapes), unit='size',
                     file=sys.stderr, disable=len(groups) * len(shapes) < 2)
+    compile_rows = []
     for names, baseline in groups:
         models = dict(build_backbone(name) for name in names)
+        if args.compile:
+            for name in names:
+                compiled, stats = compile_and_warm(models[name], shapes, args)
+                models[f'{name} (compiled)'] = compiled
+                compile_rows.append((name, stats))
+                tqdm.write(f'{name}: compiled for {len(shapes)} size(s): '
+                           f'{stats}')
         for shape in shapes:
             progress.set_description(f'{names[0]} {shape[0]}x{shape[1]}')
             results = measure(models, shape, args.batch, mode, args.warmup,
@@ -132,9 +185,20 @@ def main():
             rows.extend(results.values())
             tqdm.write(f'\n{shape[0]}x{shape[1]}:\n'
                        + report(results, baseline))
+            if args.compile:
+                tqdm.write(compile_report(results))
             progress.update()
         del models
     progress.close()
+
+    if compile_rows:
+        print(f'\ntorch.compile (backend {args.compile_backend}, dynamic '
+              f'shapes) over {len(shapes)} size(s):')
+        print(f'{"model":<26}{"compile s":>10}{"graphs":>8}{"recompiles":>12}'
+              f'{"graph breaks":>14}')
+        for name, st in compile_rows:
+            print(f'{name:<26}{st.seconds:>10.1f}{st.graphs:>8}'
+                  f'{st.recompiles:>12}{st.num_graph_breaks:>14}')
 
     os.makedirs(args.out_dir, exist_ok=True)
     tag = 'sweep' if args.sweep else 'suite' if args.suite else 'run'

@@ -16,6 +16,8 @@ from mmengine.runner import Runner
 
 import vitattn_mm  # noqa: F401  (registers models, safe checkpoint loading)
 from vitattn_mm.utils import adapt_to_device, setup_launcher, task_of
+from vitattn_mm.utils.compile import (add_compile_backbone_hook,
+                                      compile_test_step)
 from vitattn_mm.utils.runtime import load_tool_config
 
 
@@ -41,6 +43,14 @@ def parse_args():
         const='data/demo',
         metavar='DATA_ROOT',
         help='evaluate on the embedded demo data (as train.py --demo)')
+    parser.add_argument(
+        '--compile-backbone',
+        nargs='?',
+        const='inductor',
+        metavar='BACKEND',
+        help='torch.compile the backbone (dynamic shapes; BACKEND '
+        "'inductor' by default, 'aot_eager' or 'eager' to skip code "
+        'generation); see docs/deployment.md')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -143,10 +153,13 @@ def main():
     if args.tta:
         enable_tta(cfg, task)
     setup_launcher(cfg, args.launcher)
+    if args.compile_backbone:
+        add_compile_backbone_hook(cfg, args.compile_backbone)
     adapt_to_device(cfg)
 
     runner = (Runner.from_cfg(cfg)
               if 'runner_type' not in cfg else RUNNERS.build(cfg))
+    compile_test_step(runner)  # a config's compile=... as training has it
     if args.out is not None:
         add_dump_metric(runner, task, args.out)
     runner.test()

@@ -19,6 +19,7 @@ from mmengine.runner import Runner
 
 import vitattn_mm  # noqa: F401  (registers models, safe checkpoint loading)
 from vitattn_mm.utils import adapt_to_device, enable_amp, setup_launcher
+from vitattn_mm.utils.compile import add_compile_backbone_hook
 from vitattn_mm.utils.runtime import load_tool_config
 
 
@@ -52,6 +53,14 @@ def parse_args():
         help='run the recipe on the embedded demo data (generated if '
         'missing) for --demo-iters iterations')
     parser.add_argument('--demo-iters', type=int, default=20)
+    parser.add_argument(
+        '--compile-backbone',
+        nargs='?',
+        const='inductor',
+        metavar='BACKEND',
+        help='torch.compile the backbone (dynamic shapes; BACKEND '
+        "'inductor' by default, 'aot_eager' or 'eager' to skip code "
+        'generation); see docs/deployment.md')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -87,6 +96,8 @@ def build_config(args) -> Config:
         cfg.resume = True
         cfg.load_from = args.resume
     setup_launcher(cfg, args.launcher)
+    if args.compile_backbone:
+        add_compile_backbone_hook(cfg, args.compile_backbone)
     adapt_to_device(cfg)
     return cfg
 

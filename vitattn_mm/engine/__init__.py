@@ -1,8 +1,9 @@
 from .checkpoint_check import CheckpointCheckHook
+from .compile_hook import CompileBackboneHook
 from .hooks import EvaluateBeforeTrainHook, RandomStateHook
 from .optim_wrapper import AutocastOptimWrapper
 
 __all__ = [
-    'AutocastOptimWrapper', 'CheckpointCheckHook', 'EvaluateBeforeTrainHook',
-    'RandomStateHook'
+    'AutocastOptimWrapper', 'CheckpointCheckHook', 'CompileBackboneHook',
+    'EvaluateBeforeTrainHook', 'RandomStateHook'
 ]

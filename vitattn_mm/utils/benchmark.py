@@ -142,8 +142,10 @@ def _autocast(device: torch.device, amp: bool):
     return torch.autocast(device.type, dtype=dtype)
 
 
-def _run_once(model: nn.Module, x: torch.Tensor, mode: str,
-              amp: bool) -> None:
+def run_once(model: nn.Module, x: torch.Tensor, mode: str,
+             amp: bool) -> None:
+    """One forward pass (no grad) or forward + backward of ``model`` on
+    ``x``, synchronised on CUDA."""
     if mode == 'train':
         with _autocast(x.device, amp):
             outs = model(x)
@@ -164,12 +166,12 @@ def _peak_bytes(model: nn.Module, x: torch.Tensor, mode: str,
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        _run_once(model, x, mode, amp)
+        run_once(model, x, mode, amp)
         return torch.cuda.max_memory_allocated() - base
     base = _cpu_peak_rss_reset()
     if base is None:
         return None
-    _run_once(model, x, mode, amp)
+    run_once(model, x, mode, amp)
     return max(_cpu_rss('VmHWM') - base, 0)
 
 
@@ -202,12 +204,12 @@ def measure(models: Dict[str, nn.Module],
         model.to(device).train(mode == 'train')
     for name, model in models.items():
         for _ in range(warmup):
-            _run_once(model, x, mode, amp)
+            run_once(model, x, mode, amp)
         results[name].peak_bytes = _peak_bytes(model, x, mode, amp)
     for _ in range(repeats):
         for name, model in models.items():  # interleaved: drift hits all
             start = time.perf_counter()
-            _run_once(model, x, mode, amp)
+            run_once(model, x, mode, amp)
             results[name].times.append(time.perf_counter() - start)
     return results
 

@@ -33,8 +33,8 @@ from mmpretrain.models.utils import LayerScale
 
 from ...registry import ATTENTIONS, register_model
 from ..aux_loss import AuxLossBackbone
-from ..layers import (check_heads, grid_after_stride, split_heads,
-                      to_2tuple_int)
+from ..layers import (check_heads, grid_after_stride, is_capturing,
+                      split_heads, to_2tuple_int)
 from .pvt import PVT_WIDTHS, AttnPVT
 
 Grid = Tuple[int, int]
@@ -97,6 +97,8 @@ class ConvAttentionTransform(BaseModule):
         # conv runs channels-last, which leaves its output key-major, the
         # layout the query conv and the per-key head mixing read directly.
         B, h, Nq, Nk = logits.shape
+        if is_capturing():
+            return self._forward_batched(logits, query_hw, key_hw)
         pad = self.key_conv.padding
         rows = B * h * Nq
         x = logits.reshape(1, rows, *key_hw).contiguous(
@@ -109,6 +111,20 @@ class ConvAttentionTransform(BaseModule):
         x = F.conv2d(x, self.head_mix.weight.repeat(Nk * B, 1, 1, 1),
                      groups=Nk * B)
         return x.reshape(Nk, B, h, Nq).permute(1, 2, 3, 0)
+
+    def _forward_batched(self, logits: torch.Tensor, query_hw: Grid,
+                         key_hw: Grid) -> torch.Tensor:
+        """The same transform with the token counts in the batch dimension
+        and the layers' own h-channel kernels. ``forward`` uses it while a
+        graph is captured: kernels and groups that grow with the token count
+        cannot be symbolic (ONNX needs static kernel shapes; ``torch.compile``
+        would recompile for every size)."""
+        B, h, Nq, Nk = logits.shape
+        x = logits.transpose(1, 2).reshape(B * Nq, h, *key_hw)
+        x = self.key_conv(x).reshape(B, Nq, h, Nk)
+        x = x.permute(0, 3, 2, 1).reshape(B * Nk, h, *query_hw)
+        x = self.head_mix(self.query_conv(x))
+        return x.reshape(B, Nk, h, Nq).permute(0, 2, 3, 1)
 
 
 class DenseAttentionTransform(BaseModule):

@@ -118,7 +118,8 @@ class MeanShiftAttention(BaseModule):
     ``fused=True`` runs ``F.scaled_dot_product_attention`` with the key-norm
     term folded into the additive bias (a ``(B, H, 1, N)`` broadcast for
     global attention); ``fused=False`` writes the same computation as
-    matmul, softmax, matmul. Both give the same result.
+    matmul, softmax, matmul. Both give the same result; ONNX export always
+    writes the explicit form.
 
     Args:
         embed_dims (int): Channels C (= heads x head channels).
@@ -197,7 +198,9 @@ class MeanShiftAttention(BaseModule):
         parts = self._split(x)
         q, k, v = parts[0], parts[1], parts[2]
         bias = self._logit_bias(k, self.attention_bias(B, mask))
-        if self.fused:
+        # ONNX export takes the explicit form (the same result): the dynamo
+        # exporter cannot decompose SDPA with this mask on symbolic sizes.
+        if self.fused and not torch.onnx.is_in_onnx_export():
             out = F.scaled_dot_product_attention(
                 q,
                 k,

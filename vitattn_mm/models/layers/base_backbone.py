@@ -8,6 +8,7 @@ from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from .graph_capture import use_traceable_padding
 from .pretrained import (MIN_LOADED_RATIO, LoadReport, StateDict,
                          load_pretrained)
 
@@ -42,11 +43,15 @@ def init_linear_and_norm(module: nn.Module) -> None:
 
 class _ChecksAfterInit(type(BaseModule)):
     """Metaclass: once the whole ``__init__`` chain has run (the subclass has
-    built its stages), let the instance validate its settings."""
+    built its stages), let the instance validate its settings and make its
+    paddings traceable."""
 
     def __call__(cls, *args, **kwargs):
         module = super().__call__(*args, **kwargs)
         module._check_settings()
+        # Patch embeddings and mergings whose padding stays symbolic when a
+        # graph is captured (ONNX, torch.compile); no effect in eager mode.
+        use_traceable_padding(module)
         return module
 
 

@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from mmengine.logging import MMLogger
 from mmengine.model.weight_init import trunc_normal_
 
+from .graph_capture import is_capturing
+
 
 def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int],
                      dst_hw: Tuple[int, int],
@@ -15,7 +17,10 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int],
     """Resize a ``(1, H*W, C)`` positional embedding to another grid.
 
     Interpolation runs in fp32 (bicubic is fp32-only on several devices) and
-    the result is cast back, so it is safe under autocast.
+    the result is cast back, so it is safe under autocast. While a graph is
+    captured (ONNX export, ``torch.compile``) ``dst_hw`` may be symbolic and
+    the resize is always part of the graph (at the source size it is the
+    identity), so the graph serves every input size.
 
     Args:
         pos_embed (Tensor): Embedding of shape ``(1, src_h * src_w, C)``.
@@ -27,7 +32,7 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int],
         Tensor: Embedding of shape ``(1, dst_h * dst_w, C)``.
     """
     src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
-    if src_hw == dst_hw:
+    if not is_capturing() and src_hw == dst_hw:
         return pos_embed
     _, length, channels = pos_embed.shape
     if length != src_hw[0] * src_hw[1]:
@@ -79,6 +84,9 @@ class ResizablePosEmbed(nn.Module):
         self._cache.clear()
 
     def forward(self, hw: Tuple[int, int]) -> torch.Tensor:
+        if is_capturing():
+            # No int() and no cache: the grid stays symbolic in the graph.
+            return resize_pos_embed(self.weight, self.grid_hw, hw, self.mode)
         hw = (int(hw[0]), int(hw[1]))
         if torch.is_grad_enabled() and self.weight.requires_grad:
             return resize_pos_embed(self.weight, self.grid_hw, hw, self.mode)

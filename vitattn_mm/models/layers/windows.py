@@ -11,6 +11,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model.weight_init import trunc_normal_
 
+from .graph_capture import is_capturing, padded_size
+
 
 def to_2tuple_int(value) -> Tuple[int, int]:
     if isinstance(value, int):
@@ -24,17 +26,20 @@ def pad_to_multiple(x: torch.Tensor, hw: Tuple[int, int],
                     window: Tuple[int, int]) -> Tuple[torch.Tensor, tuple]:
     """Pad ``(B, H*W, C)`` tokens so H and W are multiples of ``window``.
 
+    While a graph is captured the (possibly zero) padding is always
+    applied, so the graph does not depend on whether the size is a
+    multiple of the window.
+
     Returns:
         tuple: The padded tokens as ``(B, Hp, Wp, C)`` and ``(Hp, Wp)``.
     """
     B, _, C = x.shape
     H, W = hw
     x = x.view(B, H, W, C)
-    pad_h = (window[0] - H % window[0]) % window[0]
-    pad_w = (window[1] - W % window[1]) % window[1]
-    if pad_h or pad_w:
-        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-    return x, (H + pad_h, W + pad_w)
+    Hp, Wp = padded_size(H, window[0]), padded_size(W, window[1])
+    if is_capturing() or Hp != H or Wp != W:
+        x = F.pad(x, (0, 0, 0, Wp - W, 0, Hp - H))
+    return x, (Hp, Wp)
 
 
 def window_partition(x: torch.Tensor,

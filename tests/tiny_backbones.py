@@ -1,0 +1,39 @@
+"""Small instances of every registered backbone, for the export and
+compile tests."""
+import torch
+from mmengine.registry import MODELS, init_default_scope
+
+import vitattn_mm  # noqa: F401
+
+#: Small instances of every registered backbone (two to four stages, one
+#: or two blocks each): the export paths are the full models', the graphs
+#: only shorter.
+TINY_BACKBONES = {
+    'FLattenSwinTransformer':
+    dict(arch=dict(embed_dims=16, depths=[1, 2, 1, 2],
+                   num_heads=[1, 2, 2, 4])),
+    'FLattenPVT':
+    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
+                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
+    'FLattenPVTv2':
+    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
+                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
+    'L2ViT':
+    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 2, 1],
+                   num_heads=[1, 2, 2, 4])),
+    'LaViT':
+    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 2, 2],
+                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2],
+                   la_start=[0, 0, 2, 2])),
+    'MSFSwinTransformer':
+    dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 2],
+                   num_heads=[1, 2, 2, 4])),
+    'MSFViT':
+    dict(arch=dict(embed_dims=32, depth=2, num_heads=2), out_indices=(0, 1)),
+}
+
+
+def build_tiny(name: str) -> torch.nn.Module:
+    init_default_scope('mmdet')
+    torch.manual_seed(0)
+    return MODELS.build(dict(type=name, **TINY_BACKBONES[name])).eval()

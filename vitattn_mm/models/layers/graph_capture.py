@@ -1,0 +1,75 @@
+"""Keeping input sizes symbolic when a graph is captured.
+
+ONNX export (TorchScript tracing) and ``torch.compile`` record one graph
+from one example input. A size that passes through a Python ``int``, a
+``math.ceil`` or an ``if`` becomes a constant of that graph (ONNX) or a guard
+that recompiles at the next size (``torch.compile``). The helpers here keep
+such sizes as tensor / symbolic arithmetic while a graph is being captured,
+and change nothing in eager mode.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmcv.cnn.bricks.transformer import AdaptivePadding
+
+
+def is_capturing() -> bool:
+    """Whether the running forward pass is being captured into a graph
+    (TorchScript tracing, ONNX export or ``torch.compile``)."""
+    return (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+            or torch.compiler.is_compiling())
+
+
+def padded_size(size, multiple: int):
+    """``size`` rounded up to a multiple of ``multiple``, as
+    ``ceil(size / multiple) * multiple``.
+
+    Written with one occurrence of ``size``: ``size + (-size) % multiple``
+    is equal, but under ``torch.compile`` the symbolic size of every later
+    stage repeats the expression of the one before, so the expressions (and
+    the compile time) grow exponentially with the number of stages. Only
+    non-negative operands: ONNX's integer division truncates towards zero,
+    so ``-(-size // multiple)`` would round the wrong way in an ONNX graph.
+    """
+    return (size + multiple - 1) // multiple * multiple
+
+
+class CornerPadding(AdaptivePadding):
+    """mmcv's ``AdaptivePadding`` in 'corner' mode for ``kernel == stride``
+    (patch embeddings, patch merging, strided reductions), with the padding
+    computed from :func:`padded_size`.
+
+    mmcv computes it with ``math.ceil`` and pads only when it is non-zero:
+    the size leaves the graph (a constant in an ONNX file, a recompile
+    guard in ``torch.compile``). Here the amount stays an expression of the
+    input size and, while a graph is captured, the (possibly zero) padding
+    is always applied. Eager results are identical to mmcv's.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad_h = padded_size(x.shape[-2], self.stride[0]) - x.shape[-2]
+        pad_w = padded_size(x.shape[-1], self.stride[1]) - x.shape[-1]
+        if is_capturing() or pad_h or pad_w:
+            x = F.pad(x, [0, pad_w, 0, pad_h])
+        return x
+
+    @classmethod
+    def supports(cls, module: nn.Module) -> bool:
+        """Whether ``module`` pads exactly as this class does."""
+        return (type(module) is AdaptivePadding
+                and module.padding == 'corner'
+                and tuple(module.kernel_size) == tuple(module.stride)
+                and tuple(module.dilation) == (1, 1))
+
+
+def use_traceable_padding(model: nn.Module) -> nn.Module:
+    """Replace, in place, every mmcv ``AdaptivePadding`` of ``model`` that
+    :class:`CornerPadding` reproduces (it holds no weights, so checkpoints
+    are unaffected). Returns ``model``."""
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if CornerPadding.supports(child):
+                new = CornerPadding.__new__(CornerPadding)
+                new.__dict__.update(child.__dict__)
+                setattr(module, name, new)
+    return model
