@@ -9,6 +9,19 @@ import vitattn_mm  # noqa: F401
 #: or two blocks each): the export paths are the full models', the graphs
 #: only shorter.
 TINY_BACKBONES = {
+    # The skeletons with their default attention.
+    'AttnSwinTransformer':
+    dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 1],
+                   num_heads=[1, 2, 2, 4])),
+    'AttnPVT':
+    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
+                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
+    'AttnPVTv2':
+    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
+                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
+    'AttnViT':
+    dict(arch=dict(embed_dims=32, depth=2, num_heads=2), out_indices=(0, 1)),
+    # The families.
     'FLattenSwinTransformer':
     dict(arch=dict(embed_dims=16, depths=[1, 2, 1, 2],
                    num_heads=[1, 2, 2, 4])),
