@@ -10,10 +10,10 @@ from tiny_backbones import build_tiny
 
 from vitattn_mm.utils.compile import compile_backbone, compile_stats
 
-#: Sizes with every stage wider than one 7x7 window: dynamo specialises
-#: sizes that equal 1 (a stage of exactly one window) and recompiles when
-#: they change, see docs/deployment.md.
-SIZES = [(256, 320), (288, 416), (257, 353)]
+#: Sizes with every stage wider than one 7x7 window (dynamo specialises
+#: sizes that equal 1) and above a size threshold PyTorch's convolution
+#: guards on: crossing either recompiles once, see docs/deployment.md.
+SIZES = [(256, 384), (288, 416), (257, 353)]
 
 
 def _compiled_outputs(model, sizes, dynamic=True):
