@@ -11,8 +11,9 @@ import pytest
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from vitattn_mm.models.backbones import (AttnPVT, AttnPVTv2,
-                                         AttnSwinTransformer, AttnViT,
+from vitattn_mm.models.backbones import (AttnCSwinTransformer, AttnPVT,
+                                         AttnPVTv2, AttnSwinTransformer,
+                                         AttnViT, FLattenCSwinTransformer,
                                          FLattenPVT, FLattenPVTv2,
                                          FLattenSwinTransformer, L2ViT, LaViT,
                                          MSFSwinTransformer, MSFViT)
@@ -22,6 +23,8 @@ SWIN = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 2, 2, 4])
 PVT = dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
            num_heads=[1, 1, 2, 2], mlp_ratios=[2, 2, 2, 2])
 VIT = dict(embed_dims=32, depth=3, num_heads=2)
+#: Even heads: CSwin splits them between horizontal and vertical stripes.
+CSWIN = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4])
 L2 = dict(embed_dims=[16, 32, 32, 64], depths=[2, 2, 2, 2],
           num_heads=[1, 1, 2, 2])
 LA = dict(embed_dims=[16, 32, 32, 64], depths=[1, 2, 3, 2],
@@ -33,6 +36,10 @@ TOKEN_ATTENTIONS = {
     'FocusedLinearAttention': {},
     'MeanShiftAttention': {},
     'LinearGlobalAttention': {},
+    # The other skeletons' small archs have single-head stages, which
+    # stripes cannot split: the whole-map variant there, the stripes in
+    # the CSwin skeleton's own cases.
+    'CrossShapedWindowAttention': dict(split_size=None),
 }
 #: Window attentions, run by Swin's ShiftWindowMSA.
 WINDOW_ATTENTIONS = ('WindowMSA', 'MeanShiftAttention', 'LocalWindowAttention')
@@ -60,10 +67,17 @@ CASES = {
     **{f'vit/{name}': (AttnViT, dict(arch=VIT, attn_cfgs=_token(name),
                                      out_indices=(0, 1, 2)))
        for name in TOKEN_ATTENTIONS},
+    # CSwin skeleton: its own cross-shaped windows (the default), and every
+    # other token attention in its first two stages.
+    'AttnCSwinTransformer': (AttnCSwinTransformer, dict(arch=CSWIN)),
+    **{f'cswin/{name}': (AttnCSwinTransformer, dict(
+        arch=CSWIN, attn_cfgs=[_token(name)] * 2 + [None] * 2))
+       for name in TOKEN_ATTENTIONS if name != 'CrossShapedWindowAttention'},
     # The families' registered backbones.
     'FLattenSwinTransformer': (FLattenSwinTransformer, dict(arch=SWIN)),
     'FLattenPVT': (FLattenPVT, dict(arch=PVT)),
     'FLattenPVTv2': (FLattenPVTv2, dict(arch=PVT)),
+    'FLattenCSwinTransformer': (FLattenCSwinTransformer, dict(arch=CSWIN)),
     'MSFSwinTransformer': (MSFSwinTransformer, dict(arch=SWIN, groups=2)),
     'MSFViT': (MSFViT, dict(arch=VIT, out_indices=(0, 1, 2))),
     'L2ViT': (L2ViT, dict(arch=L2)),

@@ -21,7 +21,7 @@ DET_SEG_CONFIGS = sorted(c for c in PAPER_PARAMS if '_in1k' not in c)
 
 def test_metafile_lists_every_config():
     assert sorted(PAPER_PARAMS) == sorted(glob.glob('configs/flatten/*.py'))
-    assert len(DET_SEG_CONFIGS) == 8 and len(PAPER_PARAMS) == 20
+    assert len(DET_SEG_CONFIGS) == 8 and len(PAPER_PARAMS) == 23
 
 
 @pytest.mark.parametrize('config', sorted(PAPER_PARAMS))

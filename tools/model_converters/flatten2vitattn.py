@@ -1,9 +1,11 @@
 """Convert an official FLatten checkpoint to vitattn_mm's key names.
 
-The released FLatten-Swin / FLatten-PVT / FLatten-PVTv2 files
-(LeapLabTHU/FLatten-Transformer) hold ``{'model': state_dict, ...}`` with
-the official names. This writes ``{'state_dict': ...}`` with the backbone
-under ``backbone.`` and the ImageNet head under ``head.fc.``, which
+The released FLatten-Swin / FLatten-PVT / FLatten-PVTv2 / FLatten-CSwin
+files (LeapLabTHU/FLatten-Transformer) hold ``{'model': state_dict, ...}``
+with the official names (FLatten-CSwin also ``state_dict_ema``: pass
+``--key state_dict_ema`` for the EMA weights). This writes
+``{'state_dict': ...}`` with the backbone under ``backbone.`` and the
+ImageNet head under ``head.fc.``, which
 
 * the classification configs load with ``load_from`` (e.g. to evaluate the
   released weights with ``tools/test.py``), and
@@ -19,7 +21,8 @@ Example::
         flatten_swin_t.pth pretrain/flatten_swin_t_vitattn.pth
 """
 import vitattn_mm  # noqa: F401  (weights-only checkpoint loading)
-from vitattn_mm.models.backbones.flatten import (FLattenPVT,
+from vitattn_mm.models.backbones.flatten import (FLattenCSwinTransformer,
+                                                 FLattenPVT,
                                                  FLattenSwinTransformer)
 from vitattn_mm.utils.converter import converter_main, to_classifier_keys
 
@@ -30,10 +33,13 @@ def convert(state_dict):
         backbone_cls = FLattenSwinTransformer
     elif any(k.startswith('block1.') for k in state_dict):
         backbone_cls = FLattenPVT  # PVT and PVTv2 share the converter
+    elif any(k.startswith('stage1_conv_embed.') for k in state_dict):
+        backbone_cls = FLattenCSwinTransformer
     else:
         raise ValueError(
-            'not an official FLatten-Swin / PVT / PVTv2 checkpoint: no '
-            f'layers.* or block1.* keys (first keys: {list(state_dict)[:5]})')
+            'not an official FLatten-Swin / PVT / PVTv2 / CSwin checkpoint: '
+            'no layers.*, block1.* or stage1_conv_embed.* keys (first keys: '
+            f'{list(state_dict)[:5]})')
     return to_classifier_keys(state_dict, backbone_cls.convert_checkpoint)
 
 

@@ -1,4 +1,5 @@
-"""FLatten Transformer: focused linear attention in Swin, PVT and PVTv2.
+"""FLatten Transformer: focused linear attention in Swin, PVT, PVTv2 and
+CSwin.
 
 Han et al., "FLatten Transformer: Vision Transformer using Focused Linear
 Attention", ICCV 2023 (https://arxiv.org/abs/2308.00442). The official
@@ -22,6 +23,7 @@ from ...registry import ATTENTIONS, register_model
 from ..layers import (QueryAttention, ResizablePosEmbed, StateDict,
                       check_heads, crop_tokens, pad_to_multiple, split_heads,
                       to_2tuple_int, window_partition, window_reverse)
+from .cswin import AttnCSwinTransformer, convert_official_cswin
 from .pvt import AttnPVT, AttnPVTv2
 from .swin import AttnSwinTransformer
 
@@ -55,6 +57,11 @@ class FocusedLinearAttention(BaseModule):
     (maps padded to a multiple, then cropped back), the positional encoding
     learned on the window.
 
+    With ``lepe`` (FLatten-CSwin) CSwin's locally-enhanced positional
+    encoding is added too: a 3x3 depthwise conv over all C channels of
+    ``v`` on the (H, W) grid, its output added before ``proj`` beside the
+    depthwise-conv branch.
+
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Attention heads; C must be divisible by it.
@@ -70,6 +77,8 @@ class FocusedLinearAttention(BaseModule):
         qkv_bias (bool): Bias in the q / kv projections. Default: True.
         focusing_factor (float): p of the focusing function. Default: 3.
         kernel_size (int): Depthwise conv kernel. Default: 5.
+        lepe (bool): Add CSwin's LePE (``lepe``: 3x3 depthwise conv of
+            ``v``); needs ``sr_ratio=1``. Default: False.
         proj_drop (float): Dropout after ``proj``. Default: 0.
         norm_cfg (dict): Norm after the spatial reduction.
             Default: ``dict(type='LN')``.
@@ -85,11 +94,15 @@ class FocusedLinearAttention(BaseModule):
                  qkv_bias: bool = True,
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
+                 lepe: bool = False,
                  proj_drop: float = 0.,
                  norm_cfg: dict = dict(type='LN'),
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.head_dims = check_heads(embed_dims, num_heads)
+        if lepe and sr_ratio > 1:
+            raise ValueError('lepe needs values on the query grid, so '
+                             f'sr_ratio must be 1, got {sr_ratio}')
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.window_size = None
@@ -110,6 +123,8 @@ class FocusedLinearAttention(BaseModule):
         self.proj_drop = nn.Dropout(proj_drop)
         self.dwc = nn.Conv2d(self.head_dims, self.head_dims, kernel_size,
                              padding=kernel_size // 2, groups=self.head_dims)
+        self.lepe = nn.Conv2d(embed_dims, embed_dims, 3, padding=1,
+                              groups=embed_dims) if lepe else None
         # softplus(0) = ln 2: the official initialisation.
         self.scale = nn.Parameter(torch.zeros(1, 1, embed_dims))
         key_grid = tuple(max(s // sr_ratio, 1) for s in grid_size)
@@ -178,6 +193,8 @@ class FocusedLinearAttention(BaseModule):
         if self.sr_ratio > 1:
             v = F.interpolate(v, size=hw_shape, mode='bilinear',
                               align_corners=False)
+        if self.lepe is not None:
+            out = out + nchw_to_nlc(self.lepe(v))
         # One depthwise kernel for every head: heads go into the batch.
         v = v.reshape(B * self.num_heads, self.head_dims, *hw_shape)
         out = out + self.dwc(v).reshape(B, C, N).transpose(1, 2)
@@ -203,7 +220,8 @@ class FocusedLinearAttention(BaseModule):
     def extra_repr(self) -> str:
         return (f'embed_dims={self.embed_dims}, num_heads={self.num_heads}, '
                 f'window_size={self.window_size}, sr_ratio={self.sr_ratio}, '
-                f'focusing_factor={self.focusing_factor}')
+                f'focusing_factor={self.focusing_factor}, '
+                f'lepe={self.lepe is not None}')
 
 
 @register_model
@@ -467,3 +485,82 @@ def _convert_official_pvt(state_dict: StateDict) -> StateDict:
             key = f'stages.{int(m.group(2)) - 1}.{part}{rest}'
         converted[key] = value
     return converted
+
+
+@register_model
+class FLattenCSwinTransformer(AttnCSwinTransformer):
+    """FLatten-CSwin: focused linear attention in the first CSwin stages.
+
+    :class:`AttnCSwinTransformer` with :class:`FocusedLinearAttention`
+    (with CSwin's LePE, ``lepe=True``) over the whole map in stages
+    ``< num_flatten_stages``, and CSwin's cross-shaped windows in the
+    others (the last one over the whole map). The official model runs its
+    FLatten stages as one "stripe" as large as the 224x224 map (split sizes
+    56 and 28), which is global attention: here it is global at any size,
+    the positional encodings resized from the pretraining grid.
+
+    Args:
+        arch (str | dict): 'tiny', 'small', 'base' (or 't', 's', 'b'), or a
+            dict with ``embed_dims`` (int), ``depths`` and ``num_heads``
+            (one per stage). Default: 'tiny'.
+        num_flatten_stages (int): Leading stages with focused linear
+            attention. Default: 2.
+        focusing_factor (float): p of the focusing function. Default: 3.
+        kernel_size (int): Depthwise conv kernel of the FLatten attention.
+            Default: 5.
+        **kwargs: :class:`AttnCSwinTransformer` arguments
+            (``split_sizes``, ``pretrain_img_size``, ``drop_path_rate``,
+            ``out_indices``, ``with_cp``, ``frozen_stages``, ``init_cfg``...).
+    """
+    arch_zoo = {
+        ('t', 'tiny'):
+        dict(embed_dims=64, depths=[2, 4, 18, 1], num_heads=[2, 4, 8, 16]),
+        ('s', 'small'):
+        dict(embed_dims=64, depths=[2, 4, 32, 2], num_heads=[2, 4, 8, 16]),
+        ('b', 'base'):
+        dict(embed_dims=96, depths=[3, 6, 29, 2], num_heads=[4, 8, 16, 32]),
+    }
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'tiny',
+                 num_flatten_stages: int = 2,
+                 focusing_factor: float = 3,
+                 kernel_size: int = 5,
+                 **kwargs):
+        settings = self.parse_arch(arch)
+        num_stages = len(settings['depths'])
+        if not 0 <= num_flatten_stages <= num_stages:
+            raise ValueError(f'num_flatten_stages must be in 0..{num_stages}'
+                             f', got {num_flatten_stages}')
+        flatten = dict(
+            type='FocusedLinearAttention',
+            focusing_factor=focusing_factor,
+            kernel_size=kernel_size,
+            lepe=True)
+        kwargs.setdefault('attn_cfgs', [flatten] * num_flatten_stages +
+                          [None] * (num_stages - num_flatten_stages))
+        super().__init__(arch=settings, **kwargs)
+        self.num_flatten_stages = num_flatten_stages
+
+    @classmethod
+    def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:
+        """Official FLatten-CSwin keys -> ours (see
+        :func:`~vitattn_mm.models.backbones.cswin.convert_official_cswin`);
+        in the FLatten blocks the block's ``qkv`` becomes ``attn.q`` /
+        ``attn.kv``, ``proj`` ``attn.proj``, ``attns.0.get_v``
+        ``attn.lepe`` and ``attns.0.*`` ``attn.*``."""
+        return convert_official_cswin(
+            state_dict, _convert_flatten_cswin_block,
+            lambda names: 'attns.0.dwc.weight' in names.split())
+
+
+def _convert_flatten_cswin_block(prefix: str, name: str,
+                                 value: torch.Tensor) -> StateDict:
+    """One official FLatten-CSwin block tensor -> ours."""
+    for pattern, repl in ((r'(qkv|proj)\.', r'attn.\1.'),
+                          (r'attns\.0\.get_v\.', 'attn.lepe.'),
+                          (r'attns\.0\.', 'attn.')):
+        name, found = re.subn('^' + pattern, repl, name)
+        if found:
+            break
+    return _convert_flatten_block(prefix, name, value)

@@ -1,0 +1,329 @@
+"""CSwin: the cross-shaped window attention against a naive reference, the
+skeleton at any size, FLatten-CSwin's official checkpoint layout and its
+model sizes. The shared contract (shapes, freezing, checkpointing, state
+dicts) runs in tests/test_backbone_contract.py."""
+import runpy
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitattn_mm.models.backbones import (AttnCSwinTransformer,
+                                         FLattenCSwinTransformer)
+from vitattn_mm.models.backbones.cswin import CrossShapedWindowAttention
+from vitattn_mm.models.backbones.flatten import FocusedLinearAttention
+
+TINY = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4])
+
+
+# ---------------------------------------------------------------- attention
+def _naive_cross_shaped(attn, x, hw):
+    """Every stripe on its own: explicit softmax over the stripe's tokens,
+    LePE as a 3x3 depthwise conv of the stripe's values (zero outside the
+    stripe). Stripes start at 0; the last one of a side is narrower."""
+    H, W = hw
+    B, N, C = x.shape
+    qkv = F.linear(x, attn.qkv.weight, attn.qkv.bias).view(B, H, W, 3, C)
+    branches = attn.num_branches
+    heads = attn.num_heads // branches
+    width = C // branches
+    out = torch.zeros(B, H, W, C, dtype=x.dtype)
+    for b in range(branches):
+        wh, ww = attn.stripe(b, hw)
+        channels = slice(b * width, (b + 1) * width)
+        conv = attn.lepe[b]
+        for top in range(0, H, wh):
+            for left in range(0, W, ww):
+                rows = slice(top, min(top + wh, H))
+                cols = slice(left, min(left + ww, W))
+                q, k, v = qkv[:, rows, cols, :, channels].unbind(3)
+                h, w = q.shape[1:3]
+                lepe = F.conv2d(v.permute(0, 3, 1, 2), conv.weight,
+                                conv.bias, padding=1, groups=width)
+                q, k, v = (t.reshape(B, h * w, heads, -1).transpose(1, 2)
+                           for t in (q, k, v))
+                logits = q @ k.transpose(-2, -1) * attn.scale
+                weights = logits.exp() / logits.exp().sum(-1, keepdim=True)
+                o = (weights @ v).transpose(1, 2).reshape(B, h, w, width)
+                out[:, rows, cols, channels] = o + lepe.permute(0, 2, 3, 1)
+    return F.linear(out.reshape(B, N, C), attn.proj.weight, attn.proj.bias)
+
+
+@pytest.mark.parametrize('split_size', [2, 3, None])
+@pytest.mark.parametrize('hw', [(6, 12), (7, 11)])
+def test_cross_shaped_attention_matches_naive_reference(split_size, hw):
+    """At a multiple of every stripe width (6x12 for 2 and 3) and at an odd
+    size (7x11: narrower last stripes, padded keys masked out)."""
+    torch.manual_seed(0)
+    attn = CrossShapedWindowAttention(16, 4, split_size=split_size).double()
+    x = torch.randn(2, hw[0] * hw[1], 16, dtype=torch.float64)
+    with torch.no_grad():
+        for conv in attn.lepe:
+            conv.weight.normal_()
+        torch.testing.assert_close(attn(x, hw), _naive_cross_shaped(
+            attn, x, hw))
+
+
+def test_query_attention_is_the_stripe_softmax():
+    torch.manual_seed(0)
+    attn = CrossShapedWindowAttention(16, 4, split_size=3)
+    hw, index = (7, 8), 3 * 8 + 7  # row 3, column 7: the last, narrow stripe
+    x = torch.randn(1, 56, 16)
+    qa = attn.query_attention(x, hw, index)
+    assert qa.weights.shape == (4, 56) and qa.key_hw == hw
+    torch.testing.assert_close(qa.weights.sum(-1), torch.ones(4))
+    grid = qa.weights.view(4, *hw) > 0
+    # heads 0-1: the vertical stripe of columns 6-7; 2-3: rows 3-5.
+    assert grid[:2].nonzero()[:, 2].unique().tolist() == [6, 7]
+    assert grid[2:].nonzero()[:, 1].unique().tolist() == [3, 4, 5]
+
+
+def test_cross_shaped_attention_needs_even_heads():
+    with pytest.raises(ValueError, match='num_heads must be even'):
+        CrossShapedWindowAttention(12, 3, split_size=7)
+    CrossShapedWindowAttention(12, 3, split_size=None)  # whole map: any
+
+
+def test_focused_linear_attention_lepe_adds_depthwise_conv_of_v():
+    """FLatten-CSwin's option: the output gains ``proj(LePE(v))``."""
+    torch.manual_seed(0)
+    with_lepe = FocusedLinearAttention(16, 2, grid_size=(5, 6), lepe=True)
+    plain = FocusedLinearAttention(16, 2, grid_size=(5, 6))
+    plain.load_state_dict(
+        {k: v for k, v in with_lepe.state_dict().items()
+         if not k.startswith('lepe.')})
+    x, hw = torch.randn(2, 30, 16), (5, 6)
+    v = with_lepe.kv(x).chunk(2, dim=-1)[1]
+    lepe = with_lepe.lepe(v.transpose(1, 2).reshape(2, 16, *hw))
+    expected = plain(x, hw) + F.linear(lepe.flatten(2).transpose(1, 2),
+                                       with_lepe.proj.weight)
+    with torch.no_grad():
+        torch.testing.assert_close(with_lepe(x, hw), expected)
+    with pytest.raises(ValueError, match='sr_ratio must be 1'):
+        FocusedLinearAttention(16, 2, grid_size=(5, 6), lepe=True,
+                               sr_ratio=2)
+
+
+# ----------------------------------------------------------------- skeleton
+@pytest.mark.parametrize('cls', [AttnCSwinTransformer,
+                                 FLattenCSwinTransformer])
+def test_any_size_and_the_minimum(cls):
+    model = cls(TINY).eval()
+    assert model.min_input_size == 32
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, 97, 130))  # 97 = 1 mod 4
+    assert [o.shape[-2:] for o in outs] == [(25, 33), (13, 17), (7, 9),
+                                             (4, 5)]
+    with pytest.raises(ValueError, match='at least 32x32'):
+        model(torch.randn(1, 3, 31, 64))
+
+
+def test_stem_padding_keeps_official_grid_at_multiples_of_four():
+    """Sides that are multiples of 4 are not padded: the stem output is the
+    plain 7x7 stride-4 conv (padding 2) of the image."""
+    model = AttnCSwinTransformer(TINY, out_indices=(0, )).eval()
+    x = torch.randn(1, 3, 36, 44)
+    embed = model.stages[0]['patch_embed']
+    ref = F.conv2d(x, embed.projection.weight, embed.projection.bias,
+                   stride=4, padding=2)
+    tokens, hw = embed(x)
+    assert hw == (9, 11)
+    torch.testing.assert_close(tokens, embed.norm(
+        ref.flatten(2).transpose(1, 2)))
+
+
+def test_default_attention_per_stage():
+    model = FLattenCSwinTransformer(TINY)
+    attns = [stage['blocks'][0].attn for stage in model.stages]
+    assert [type(a).__name__ for a in attns] == [
+        'FocusedLinearAttention', 'FocusedLinearAttention',
+        'CrossShapedWindowAttention', 'CrossShapedWindowAttention'
+    ]
+    assert attns[0].lepe is not None and attns[0].window_size is None
+    assert attns[0].positional_encoding.grid_hw == (56, 56)
+    assert [a.split_size for a in attns[2:]] == [7, None]
+    cswin = AttnCSwinTransformer(TINY, split_sizes=(1, 2, 3, 3))
+    assert [s['blocks'][0].attn.split_size for s in cswin.stages] == [
+        1, 2, 3, None
+    ]
+
+
+@pytest.mark.parametrize('arch, params', [('tiny', 21), ('small', 35),
+                                          ('base', 75)])
+def test_flatten_cswin_sizes_match_the_paper(arch, params):
+    """Parameters with the 1000-class head, built on the meta device."""
+    with torch.device('meta'):
+        model = FLattenCSwinTransformer(arch, out_indices=(3, ))
+    width = model.num_features[-1]
+    total = sum(p.numel() for p in model.parameters()) + width * 1001
+    assert abs(total / 1e6 - params) / params < 0.02
+
+
+# ------------------------------------------------------- official checkpoint
+def _official_state_dict(embed_dims=16, depths=(1, 1, 2, 1),
+                         num_heads=(2, 2, 4, 4), img=224,
+                         flatten_stages=2):
+    """Names and shapes of a released FLatten-CSwin file (random values):
+    FLatten blocks keep one global branch ``attns.0`` with LePE, the
+    cross-shaped blocks two half-width branches, the last stage one."""
+    c = embed_dims
+    sd = {
+        'stage1_conv_embed.0.weight': (c, 3, 7, 7),
+        'stage1_conv_embed.0.bias': (c, ),
+        'stage1_conv_embed.2.weight': (c, ),
+        'stage1_conv_embed.2.bias': (c, ),
+    }
+    res = img // 4
+    for i, depth in enumerate(depths):
+        dim = embed_dims * 2**i
+        if i > 0:
+            sd.update({
+                f'merge{i}.conv.weight': (dim, dim // 2, 3, 3),
+                f'merge{i}.conv.bias': (dim, ),
+                f'merge{i}.norm.weight': (dim, ),
+                f'merge{i}.norm.bias': (dim, ),
+            })
+        for j in range(depth):
+            p = f'stage{i + 1}.{j}.'
+            sd.update({
+                p + 'qkv.weight': (3 * dim, dim),
+                p + 'qkv.bias': (3 * dim, ),
+                p + 'norm1.weight': (dim, ),
+                p + 'norm1.bias': (dim, ),
+                p + 'proj.weight': (dim, dim),
+                p + 'proj.bias': (dim, ),
+                p + 'mlp.fc1.weight': (4 * dim, dim),
+                p + 'mlp.fc1.bias': (4 * dim, ),
+                p + 'mlp.fc2.weight': (dim, 4 * dim),
+                p + 'mlp.fc2.bias': (dim, ),
+                p + 'norm2.weight': (dim, ),
+                p + 'norm2.bias': (dim, ),
+            })
+            if i < flatten_stages:
+                head_dim = dim // num_heads[i]
+                sd.update({
+                    p + 'attns.0.get_v.weight': (dim, 1, 3, 3),
+                    p + 'attns.0.get_v.bias': (dim, ),
+                    p + 'attns.0.dwc.weight': (head_dim, 1, 5, 5),
+                    p + 'attns.0.dwc.bias': (head_dim, ),
+                    p + 'attns.0.scale': (1, 1, dim),
+                    p + 'attns.0.positional_encoding': (1, res * res, dim),
+                })
+            else:
+                branches = 1 if i == len(depths) - 1 else 2
+                for b in range(branches):
+                    sd.update({
+                        p + f'attns.{b}.get_v.weight':
+                        (dim // branches, 1, 3, 3),
+                        p + f'attns.{b}.get_v.bias': (dim // branches, ),
+                    })
+        res //= 2
+    final = embed_dims * 2**(len(depths) - 1)
+    sd.update({
+        'norm.weight': (final, ),
+        'norm.bias': (final, ),
+        'head.weight': (1000, final),
+        'head.bias': (1000, )
+    })
+    return {k: torch.randn(shape) for k, shape in sd.items()}
+
+
+@pytest.fixture(scope='module')
+def official_file(tmp_path_factory):
+    torch.manual_seed(0)
+    state = _official_state_dict()
+    ema = {k: v + 1 for k, v in state.items()}
+    path = str(tmp_path_factory.mktemp('official') / 'flatten_cswin_t.pth')
+    torch.save({'model': state, 'state_dict_ema': ema, 'epoch': 300}, path)
+    return state, ema, path
+
+
+def _load(path, **kwargs):
+    model = FLattenCSwinTransformer(
+        TINY, out_indices=(3, ),
+        init_cfg=dict(type='Pretrained', checkpoint=path, **kwargs))
+    model.init_weights()
+    return model
+
+
+def test_official_checkpoint_fills_every_key(official_file):
+    """Through init_cfg: no backbone key missing, only the classifier's
+    ``head.*`` left over, every tensor where it belongs."""
+    state, ema, path = official_file
+    model = _load(path)
+    report = model.load_report
+    assert report.missing == [] and report.mismatched == []
+    assert sorted(report.unexpected) == ['head.bias', 'head.weight']
+    loaded = model.state_dict()
+    qkv = state['stage1.0.qkv.weight']
+    assert torch.equal(loaded['stages.0.blocks.0.attn.q.weight'], qkv[:16])
+    assert torch.equal(loaded['stages.0.blocks.0.attn.kv.weight'], qkv[16:])
+    for ours, official in (
+        ('stages.1.blocks.0.attn.lepe.weight',
+         'stage2.0.attns.0.get_v.weight'),
+        ('stages.1.blocks.0.attn.positional_encoding.weight',
+         'stage2.0.attns.0.positional_encoding'),
+        ('stages.2.blocks.1.attn.qkv.weight', 'stage3.1.qkv.weight'),
+        ('stages.2.blocks.1.attn.lepe.1.weight',
+         'stage3.1.attns.1.get_v.weight'),
+        ('stages.3.blocks.0.attn.lepe.0.bias', 'stage4.0.attns.0.get_v.bias'),
+        ('stages.2.blocks.0.ffn.layers.0.0.weight', 'stage3.0.mlp.fc1.weight'),
+        ('stages.0.patch_embed.projection.weight',
+         'stage1_conv_embed.0.weight'),
+        ('stages.0.patch_embed.norm.bias', 'stage1_conv_embed.2.bias'),
+        ('stages.3.patch_embed.projection.weight', 'merge3.conv.weight'),
+        ('norm3.weight', 'norm.weight'),
+    ):
+        assert torch.equal(loaded[ours], state[official]), ours
+    # The EMA weights, on request.
+    ema_model = _load(path, state_dict_key='state_dict_ema')
+    assert torch.equal(ema_model.state_dict()['norm3.weight'],
+                       ema['norm.weight'])
+
+
+def test_conversion_is_idempotent(official_file):
+    state, _, _ = official_file
+    once = FLattenCSwinTransformer.convert_checkpoint(state)
+    assert FLattenCSwinTransformer.convert_checkpoint(once) is once
+    assert AttnCSwinTransformer.convert_checkpoint(once) is once
+
+
+def test_cswin_blocks_of_the_official_layout():
+    """A plain CSwin file (no FLatten blocks) fills the CSwin skeleton."""
+    state = _official_state_dict(flatten_stages=0)
+    model = AttnCSwinTransformer(TINY, out_indices=(3, ))
+    converted = AttnCSwinTransformer.convert_checkpoint(state)
+    converted.pop('head.weight'), converted.pop('head.bias')
+    model.load_state_dict(converted, strict=True)
+
+
+def test_converter_script(official_file, tmp_path, monkeypatch):
+    """tools/model_converters/flatten2vitattn.py: the classifier loads the
+    result strictly, the backbone with zero missing / unexpected keys, and
+    both give what the official file gives through init_cfg."""
+    from mmpretrain.registry import MODELS
+
+    _, _, path = official_file
+    dst = str(tmp_path / 'converted.pth')
+    monkeypatch.setattr(sys, 'argv', ['flatten2vitattn.py', path, dst])
+    runpy.run_path('tools/model_converters/flatten2vitattn.py',
+                   run_name='__main__')
+    converted = torch.load(dst, weights_only=True)['state_dict']
+    assert all(k.startswith(('backbone.', 'head.fc.')) for k in converted)
+    classifier = MODELS.build(
+        dict(type='ImageClassifier',
+             backbone=dict(type='FLattenCSwinTransformer', arch=TINY,
+                           out_indices=(3, )),
+             neck=dict(type='GlobalAveragePooling'),
+             head=dict(type='LinearClsHead', num_classes=1000,
+                       in_channels=128)))
+    classifier.load_state_dict(converted, strict=True)
+
+    backbone = _load(dst)
+    assert backbone.load_report.missing == []
+    assert backbone.load_report.unexpected == []
+    direct = _load(path).eval()
+    x = torch.randn(1, 3, 64, 80)
+    with torch.no_grad():
+        assert torch.equal(backbone.eval()(x)[0], direct(x)[0])
