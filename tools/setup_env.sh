@@ -34,10 +34,15 @@ log() { printf '[setup_env] %s\n' "$*"; }
 env_ok() {
   [ -x "$PY" ] || return 1
   [ "$(cat "$STAMP" 2>/dev/null)" = "$want_stamp" ] || return 1
-  "$PY" - <<'EOF' >/dev/null 2>&1
+  # Run from / so that the installed vitattn_mm is found, not the working
+  # directory's: it must be this checkout's (a venv shared with another
+  # checkout would test that one's code).
+  (cd / && "$PY" - "$ROOT" <<'EOF') >/dev/null 2>&1
+import os.path as osp, sys
 import mmcv, mmcv.ops, mmdet, mmseg, mmpretrain, torch, vitattn_mm  # noqa
 from mmcv.ops import nms
-import torch
+assert osp.realpath(vitattn_mm.__file__).startswith(
+    osp.realpath(sys.argv[1]) + '/'), vitattn_mm.__file__
 nms(torch.rand(4, 4) * 10, torch.rand(4), 0.5)
 EOF
 }
