@@ -21,7 +21,13 @@ TINY_BACKBONES = {
                    num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
     'AttnViT':
     dict(arch=dict(embed_dims=32, depth=2, num_heads=2), out_indices=(0, 1)),
+    'AttnCSwinTransformer':
+    dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 1],
+                   num_heads=[2, 2, 4, 4])),
     # The families.
+    'FLattenCSwinTransformer':
+    dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 1],
+                   num_heads=[2, 2, 4, 4])),
     'FLattenSwinTransformer':
     dict(arch=dict(embed_dims=16, depths=[1, 2, 1, 2],
                    num_heads=[1, 2, 2, 4])),

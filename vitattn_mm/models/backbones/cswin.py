@@ -32,9 +32,10 @@ from ...registry import ATTENTIONS, register_model
 from ..layers import (QueryAttention, StateDict, TransformerBlock,
                       VitAttnBackbone, build_attention, check_heads,
                       crop_tokens, freeze_module, grid_after_stride,
-                      init_linear_and_norm, linear_drop_path_rates,
-                      pad_to_multiple, split_heads, to_2tuple_int,
-                      window_partition, window_reverse)
+                      init_linear_and_norm, is_capturing,
+                      linear_drop_path_rates, pad_to_multiple, padded_size,
+                      split_heads, to_2tuple_int, window_partition,
+                      window_reverse)
 
 
 @ATTENTIONS.register_module()
@@ -137,7 +138,9 @@ class CrossShapedWindowAttention(BaseModule):
         lepe = lepe.flatten(2).transpose(1, 2)
 
         mask = None
-        if padded_hw != hw_shape:
+        # While a graph is captured the mask is always built: whether a size
+        # needs padding must not be decided at trace time.
+        if is_capturing() or padded_hw != hw_shape:
             real = torch.ones(1, hw_shape[0] * hw_shape[1], 1,
                               dtype=torch.bool, device=v.device)
             real = window_partition(
@@ -333,7 +336,8 @@ class AttnCSwinTransformer(VitAttnBackbone):
         # Without it the 7x7 stride-4 stem (padding 2) drops the last row
         # or column of patches of a side that is 1 or 2 modulo 4.
         s = self.stem_stride
-        x = F.pad(x, (0, -x.shape[-1] % s, 0, -x.shape[-2] % s))
+        H, W = x.shape[-2:]
+        x = F.pad(x, (0, padded_size(W, s) - W, 0, padded_size(H, s) - H))
         outs = []
         for i, stage in enumerate(self.stages):
             x, hw_shape = stage['patch_embed'](x)
