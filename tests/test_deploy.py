@@ -83,6 +83,33 @@ def test_corner_padding_equals_mmcv(kernel):
         assert torch.equal(ours(x), mmcv_pad(x))
 
 
+@pytest.mark.parametrize('shift, pad_small_map', [(0, True), (3, True),
+                                                   (3, False)])
+def test_traceable_shift_window_msa_equals_mmpretrains(shift, pad_small_map):
+    """The shifted-window attention the Swin skeleton runs once swapped
+    (its size arithmetic written for graph capture) computes what
+    mmpretrain's does, padding, shift and mask included."""
+    from mmpretrain.models.utils.attention import ShiftWindowMSA
+
+    from vitattn_mm.models.layers.graph_capture import \
+        TraceableShiftWindowMSA
+    torch.manual_seed(0)
+    ref = ShiftWindowMSA(16, 2, window_size=7, shift_size=shift,
+                         pad_small_map=pad_small_map).eval()
+    ours = use_traceable_padding(torch.nn.ModuleList([ref]))[0]
+    assert type(ours) is TraceableShiftWindowMSA
+    ref = ShiftWindowMSA(16, 2, window_size=7, shift_size=shift,
+                         pad_small_map=pad_small_map).eval()
+    ref.load_state_dict(ours.state_dict())
+    for hw in [(7, 7), (9, 23), (14, 21), (15, 8)]:
+        if min(hw) < 7 and not pad_small_map:
+            continue
+        x = torch.randn(2, hw[0] * hw[1], 16)
+        with torch.no_grad():
+            torch.testing.assert_close(ours(x, hw), ref(x, hw), rtol=0,
+                                       atol=1e-6)
+
+
 def test_use_traceable_padding_swaps_only_what_it_reproduces():
     model = torch.nn.ModuleDict(
         dict(

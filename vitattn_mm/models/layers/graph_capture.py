@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn.bricks.transformer import AdaptivePadding
+from mmpretrain.models.utils.attention import ShiftWindowMSA
 
 
 def is_capturing() -> bool:
@@ -64,12 +65,53 @@ class CornerPadding(AdaptivePadding):
 
 def use_traceable_padding(model: nn.Module) -> nn.Module:
     """Replace, in place, every mmcv ``AdaptivePadding`` of ``model`` that
-    :class:`CornerPadding` reproduces (it holds no weights, so checkpoints
-    are unaffected). Returns ``model``."""
+    :class:`CornerPadding` reproduces and every mmpretrain ``ShiftWindowMSA``
+    by :class:`TraceableShiftWindowMSA` (neither changes the weights, so
+    checkpoints are unaffected). Returns ``model``."""
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if CornerPadding.supports(child):
                 new = CornerPadding.__new__(CornerPadding)
                 new.__dict__.update(child.__dict__)
                 setattr(module, name, new)
+    for module in model.modules():
+        if type(module) is ShiftWindowMSA:
+            # Same state, another forward: keys and weights are unchanged.
+            module.__class__ = TraceableShiftWindowMSA
     return model
+
+
+class TraceableShiftWindowMSA(ShiftWindowMSA):
+    """mmpretrain's ``ShiftWindowMSA`` with its size arithmetic written for
+    graph capture: the padding from :func:`padded_size` (mmpretrain's
+    ``(w - W % w) % w`` nests a modulo per stage into every later size
+    expression), partition and reverse from the padded sizes (mmpretrain's
+    reverse divides symbolic sizes as floats). Same results in eager mode.
+    """
+
+    def forward(self, query: torch.Tensor, hw_shape) -> torch.Tensor:
+        B, L, C = query.shape
+        H, W = hw_shape
+        window, shift = self.window_size, self.shift_size
+        if min(H, W) == window:
+            # Classification models (pad_small_map=False) do not shift a
+            # map of exactly one window, as the original Swin.
+            shift = shift if self.pad_small_map else 0
+        elif min(H, W) < window:
+            assert self.pad_small_map, (
+                f'The input shape ({H}, {W}) is smaller than the window '
+                f'size ({window}): set pad_small_map=True')
+        Hp, Wp = padded_size(H, window), padded_size(W, window)
+        x = F.pad(query.view(B, H, W, C), (0, 0, 0, Wp - W, 0, Hp - H))
+        if shift > 0:
+            x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
+        mask = self.get_attn_mask((Hp, Wp), window, shift, query.device)
+        windows = x.view(B, Hp // window, window, Wp // window, window,
+                         C).permute(0, 1, 3, 2, 4, 5).reshape(
+                             -1, window * window, C)
+        windows = self.w_msa(windows, mask=mask)
+        x = windows.view(B, Hp // window, Wp // window, window, window,
+                         C).permute(0, 1, 3, 2, 4, 5).reshape(B, Hp, Wp, C)
+        if shift > 0:
+            x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
+        return self.drop(x[:, :H, :W, :].reshape(B, H * W, C))
