@@ -173,3 +173,25 @@ def test_test_py_flip_tta_for_classifiers(demo_data, tmp_path):
     views = runner.test_dataloader.dataset[0]['inputs']
     assert len(views) == 2 and torch.equal(views[0].flip(-1), views[1])
     assert 'accuracy/top1' in runner.test()
+
+
+@pytest.mark.slow
+def test_compile_backbone_switch_trains_and_tests(trained, demo_data,
+                                                  tmp_path):
+    """``--compile-backbone``: the demo detector trains and evaluates with
+    its FLatten-Swin backbone compiled (one dynamic-shape graph; the
+    'eager' backend keeps the test to graph capture)."""
+    result = run(sys.executable, 'tools/train.py', DEMO_CONFIG, '--demo',
+                 demo_data, '--demo-iters', '2', '--work-dir',
+                 str(tmp_path), '--compile-backbone', 'eager',
+                 *NO_BASELINE_EVAL)
+    log = result.stdout + result.stderr
+    assert 'backbone compiled' in log
+    assert 'Iter(train) [2/2]' in log and 'nan' not in log.split(
+        'Iter(train) [2/2]')[1].split('\n')[0]
+    _, checkpoint = trained
+    result = run(sys.executable, 'tools/test.py', DEMO_CONFIG, checkpoint,
+                 '--demo', demo_data, '--work-dir', str(tmp_path / 'test'),
+                 '--compile-backbone', 'eager')
+    log = result.stdout + result.stderr
+    assert 'backbone compiled' in log and 'coco/bbox_mAP' in log
