@@ -224,6 +224,16 @@ class FocusedLinearAttention(BaseModule):
                 f'lepe={self.lepe is not None}')
 
 
+def _in_leading_stages(attn: dict, num_attn_stages: int,
+                       num_stages: int) -> list:
+    """``attn`` in the first ``num_attn_stages`` stages, the skeleton's own
+    attention (None) in the others."""
+    if not 0 <= num_attn_stages <= num_stages:
+        raise ValueError(f'num_flatten_stages must be in 0..{num_stages}, '
+                         f'got {num_attn_stages}')
+    return [attn] * num_attn_stages + [None] * (num_stages - num_attn_stages)
+
+
 @register_model
 class FLattenSwinTransformer(AttnSwinTransformer):
     """FLatten-Swin: focused linear attention in the first Swin stages.
@@ -268,17 +278,15 @@ class FLattenSwinTransformer(AttnSwinTransformer):
         settings = self.resolve_arch(arch, kwargs.pop('embed_dims', None),
                                      kwargs.pop('depths', None),
                                      kwargs.pop('num_heads', None))
-        num_stages = len(settings['depths'])
-        if not 0 <= num_flatten_stages <= num_stages:
-            raise ValueError(f'num_flatten_stages must be in 0..{num_stages}'
-                             f', got {num_flatten_stages}')
         flatten = dict(
             type='FocusedLinearAttention',
             window_size=flatten_window_size,
             focusing_factor=focusing_factor,
             kernel_size=kernel_size)
-        kwargs.setdefault('attn_cfgs', [flatten] * num_flatten_stages +
-                          [None] * (num_stages - num_flatten_stages))
+        kwargs.setdefault(
+            'attn_cfgs',
+            _in_leading_stages(flatten, num_flatten_stages,
+                               len(settings['depths'])))
         super().__init__(arch=settings, **kwargs)
         self.num_flatten_stages = num_flatten_stages
 
@@ -528,17 +536,15 @@ class FLattenCSwinTransformer(AttnCSwinTransformer):
                  kernel_size: int = 5,
                  **kwargs):
         settings = self.parse_arch(arch)
-        num_stages = len(settings['depths'])
-        if not 0 <= num_flatten_stages <= num_stages:
-            raise ValueError(f'num_flatten_stages must be in 0..{num_stages}'
-                             f', got {num_flatten_stages}')
         flatten = dict(
             type='FocusedLinearAttention',
             focusing_factor=focusing_factor,
             kernel_size=kernel_size,
             lepe=True)
-        kwargs.setdefault('attn_cfgs', [flatten] * num_flatten_stages +
-                          [None] * (num_stages - num_flatten_stages))
+        kwargs.setdefault(
+            'attn_cfgs',
+            _in_leading_stages(flatten, num_flatten_stages,
+                               len(settings['depths'])))
         super().__init__(arch=settings, **kwargs)
         self.num_flatten_stages = num_flatten_stages
 
