@@ -42,13 +42,16 @@ def build_attention(cfg: dict,
             them.
     """
     cfg = dict(cfg)
-    params = inspect.signature(attention_class(cfg['type'])).parameters
+    # Instantiated directly: the attention registry is ours alone, whatever
+    # the default scope (mmdet, mmseg, mmpretrain) of the running config.
+    cls = attention_class(cfg.pop('type'))
+    params = inspect.signature(cls).parameters
     for key, value in (context or {}).items():
         if key in params:
             cfg.setdefault(key, value)
     for key, value in defaults.items():
         cfg.setdefault(key, value)
-    return ATTENTIONS.build(cfg)
+    return cls(**cfg)
 
 
 class TransformerBlock(BaseModule):
