@@ -7,6 +7,9 @@ that recompiles at the next size (``torch.compile``). The helpers here keep
 such sizes as tensor / symbolic arithmetic while a graph is being captured,
 and change nothing in eager mode.
 """
+import contextlib
+from typing import Iterator
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -14,11 +17,33 @@ from mmcv.cnn.bricks.transformer import AdaptivePadding
 from mmpretrain.models.utils.attention import ShiftWindowMSA
 
 
+_TRACE_AS_EAGER = False
+
+
 def is_capturing() -> bool:
     """Whether the running forward pass is being captured into a graph
-    (TorchScript tracing, ONNX export or ``torch.compile``)."""
+    (TorchScript tracing, ONNX export or ``torch.compile``) that must serve
+    other input sizes; False inside :func:`trace_as_eager`."""
+    if _TRACE_AS_EAGER:
+        return False
     return (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
             or torch.compiler.is_compiling())
+
+
+@contextlib.contextmanager
+def trace_as_eager() -> Iterator[None]:
+    """Trace exactly what eager mode computes at this input size.
+
+    The FLOP counter traces the model (TorchScript) for one size only: it
+    must count eager work, not the size-independent graph (e.g. a position
+    embedding resized to its own grid, which eager mode skips).
+    """
+    global _TRACE_AS_EAGER
+    previous, _TRACE_AS_EAGER = _TRACE_AS_EAGER, True
+    try:
+        yield
+    finally:
+        _TRACE_AS_EAGER = previous
 
 
 def padded_size(size, multiple: int):
