@@ -157,7 +157,10 @@ def test_mmdet_swin_config_with_only_the_type_changed_trains(
     """mmdet's stock Swin-T Mask R-CNN with only ``backbone.type`` changed
     trains an iteration and evaluates on the demo data."""
     cfg = Config.fromfile(path)
-    stock = Config.fromfile('mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
+    import mmdet
+    stock = Config.fromfile(
+        osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs', 'swin',
+                 'mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'))
     assert cfg.model.backbone.type != stock.model.backbone.type
     assert {k: v for k, v in cfg.model.backbone.items() if k != 'type'} == \
         {k: v for k, v in stock.model.backbone.items() if k != 'type'}

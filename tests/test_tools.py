@@ -176,8 +176,7 @@ def test_test_py_flip_tta_for_classifiers(demo_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_compile_backbone_switch_trains_and_tests(trained, demo_data,
-                                                  tmp_path):
+def test_compile_backbone_switch_trains_and_tests(demo_data, tmp_path):
     """``--compile-backbone``: the demo detector trains and evaluates with
     its FLatten-Swin backbone compiled (one dynamic-shape graph; the
     'eager' backend keeps the test to graph capture)."""
@@ -189,7 +188,7 @@ def test_compile_backbone_switch_trains_and_tests(trained, demo_data,
     assert 'backbone compiled' in log
     assert 'Iter(train) [2/2]' in log and 'nan' not in log.split(
         'Iter(train) [2/2]')[1].split('\n')[0]
-    _, checkpoint = trained
+    checkpoint = str(tmp_path / 'iter_2.pth')
     result = run(sys.executable, 'tools/test.py', DEMO_CONFIG, checkpoint,
                  '--demo', demo_data, '--work-dir', str(tmp_path / 'test'),
                  '--compile-backbone', 'eager')
