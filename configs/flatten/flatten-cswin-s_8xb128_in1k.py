@@ -1,30 +1,5 @@
-# ImageNet-1k, the official FLatten-CSwin recipe (as CSwin's): 300 epochs,
-# AdamW (official base lr 5e-4 per 512 images: 1e-3 at batch 1024),
-# weight decay 0.05, cosine after 20 warm-up epochs, DeiT augmentation, no
-# gradient clipping, drop path 0.4, EMA of the weights (decay 0.99984 per
-# iteration, the official value).
-_base_ = ['mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py']
+# FLatten-CSwin-S: the -T recipe with drop path 0.4.
+_base_ = ['./flatten-cswin-t_8xb128_in1k.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
 
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='FLattenCSwinTransformer',
-        arch='s',
-        drop_path_rate=0.4,
-        out_indices=(3, )),
-    head=dict(in_channels=512))
-
-train_dataloader = dict(batch_size=128)
-# No weight decay on positional encodings and focusing scales either.
-optim_wrapper = dict(
-    optimizer=dict(weight_decay=0.05),
-    clip_grad=None,
-    paramwise_cfg=dict(
-        custom_keys={
-            '.positional_encoding': dict(decay_mult=0.),
-            'attn.scale': dict(decay_mult=0.)
-        }))
-custom_hooks = [
-    dict(type='EMAHook', momentum=1.6e-4, priority='ABOVE_NORMAL')
-]
+model = dict(backbone=dict(arch='s', drop_path_rate=0.4))
