@@ -34,8 +34,8 @@ from ..layers import (QueryAttention, StateDict, TransformerBlock,
                       crop_tokens, freeze_module, grid_after_stride,
                       init_linear_and_norm, is_capturing,
                       linear_drop_path_rates, pad_to_multiple, padded_size,
-                      split_heads, to_2tuple_int, window_partition,
-                      window_reverse)
+                      per_stage_attention, split_heads, to_2tuple_int,
+                      window_partition, window_reverse)
 
 
 @ATTENTIONS.register_module()
@@ -274,21 +274,14 @@ class AttnCSwinTransformer(VitAttnBackbone):
         if len(split_sizes) != num_stages:
             raise ValueError(f'split_sizes has {len(split_sizes)} entries '
                              f'for {num_stages} stages')
-        if attn_cfgs is None or isinstance(attn_cfgs, dict):
-            attn_cfgs = [attn_cfgs] * num_stages
-        if len(attn_cfgs) != num_stages:
-            raise ValueError(f'attn_cfgs has {len(attn_cfgs)} entries for '
-                             f'{num_stages} stages')
+        attn_cfgs = per_stage_attention(
+            attn_cfgs, num_stages, dict(type='CrossShapedWindowAttention'))
         self.embed_dims = embed_dims
         self.depths = list(depths)
         self.num_features = [embed_dims * 2**i for i in range(num_stages)]
         self.out_indices = self.normalize_out_indices(out_indices,
                                                       num_stages)
         self.split_sizes = tuple(split_sizes)
-        self.attn_cfgs = [
-            dict(type='CrossShapedWindowAttention') if cfg is None else
-            dict(cfg) for cfg in attn_cfgs
-        ]
         # Every stage's tokens must cover at least one pixel of the input.
         self.min_input_size = self.stem_stride * 2**(num_stages - 1)
 
@@ -313,7 +306,7 @@ class AttnCSwinTransformer(VitAttnBackbone):
                 TransformerBlock(
                     dims,
                     build_attention(
-                        self.attn_cfgs[i],
+                        attn_cfgs[i],
                         embed_dims=dims,
                         num_heads=arch['num_heads'][i],
                         qkv_bias=qkv_bias,

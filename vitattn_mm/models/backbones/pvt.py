@@ -23,7 +23,7 @@ from ..layers import (ResizablePosEmbed, StateDict, TransformerBlock,
                       VitAttnBackbone, build_attention, freeze_module,
                       grid_after_stride, init_linear_and_norm,
                       linear_drop_path_rates, migrate_conv1x1_ffn,
-                      to_2tuple_int)
+                      per_stage_attention, to_2tuple_int)
 
 #: Heads and MLP ratios shared by every PVT / PVTv2 variant; widths of all
 #: but PVTv2-b0.
@@ -106,12 +106,11 @@ class AttnPVT(VitAttnBackbone):
         num_stages = len(depths)
         if len(sr_ratios) != num_stages:
             raise ValueError('sr_ratios needs one entry per stage')
-        if isinstance(attn_cfgs, dict):
-            attn_cfgs = [attn_cfgs] * num_stages
-        if len(attn_cfgs) != num_stages:
-            raise ValueError('attn_cfgs needs one entry per stage')
-        attn_cfgs = [[cfg] * depth if isinstance(cfg, dict) else cfg
-                     for cfg, depth in zip(attn_cfgs, depths)]
+        attn_cfgs = [
+            [cfg] * depth if isinstance(cfg, dict) else cfg
+            for cfg, depth in zip(per_stage_attention(attn_cfgs, num_stages),
+                                  depths)
+        ]
         if any(len(cfgs) != depth for cfgs, depth in zip(attn_cfgs, depths)):
             raise ValueError('a per-block list in attn_cfgs needs one entry '
                              'per block of its stage')

@@ -26,10 +26,10 @@ from mmpretrain.models.utils.attention import WindowMSA
 
 from ...registry import ATTENTIONS, register_model
 from ..layers import (LinspaceOnCPU, StateDict, TransformerBlock,
-                      VitAttnBackbone, attention_class,
-                      build_attention, freeze_module, grid_after_stride,
-                      init_linear_and_norm, linear_drop_path_rates,
-                      migrate_conv1x1_ffn, to_2tuple_int)
+                      VitAttnBackbone, attention_class, build_attention,
+                      freeze_module, grid_after_stride, init_linear_and_norm,
+                      linear_drop_path_rates, migrate_conv1x1_ffn,
+                      per_stage_attention, to_2tuple_int)
 
 ATTENTIONS.register_module(name='WindowMSA', module=WindowMSA)
 
@@ -150,7 +150,7 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
             if init_cfg is not None:
                 raise ValueError('give init_cfg or pretrained, not both')
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
-        stage_attn = self.resolve_attn_cfgs(attn_cfgs, num_stages)
+        stage_attn = per_stage_attention(attn_cfgs, num_stages, SWIN_ATTENTION)
         out_indices = self.normalize_out_indices(out_indices, num_stages)
         img_size = to_2tuple_int(pretrain_img_size)
 
@@ -194,7 +194,6 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
                 norm_cfg=norm_cfg,
                 stage_cfgs=stage_cfgs,
                 init_cfg=init_cfg)
-        self.attn_cfgs = stage_attn
 
         grid = grid_after_stride(img_size, patch_size)
         rates = linear_drop_path_rates(drop_path_rate, sum(self.depths))
@@ -249,24 +248,6 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
         settings = {k: settings[k] for k in cls.arch_keys}
         cls.check_per_stage(settings)
         return settings
-
-    @staticmethod
-    def resolve_attn_cfgs(attn_cfgs, num_stages: int) -> List[dict]:
-        """One attention config per stage (None -> Swin's)."""
-        if attn_cfgs is None or isinstance(attn_cfgs, dict):
-            attn_cfgs = [attn_cfgs] * num_stages
-        if len(attn_cfgs) != num_stages:
-            raise ValueError(f'attn_cfgs has {len(attn_cfgs)} entries for '
-                             f'{num_stages} stages')
-        resolved = []
-        for cfg in attn_cfgs:
-            cfg = dict(SWIN_ATTENTION if cfg is None else cfg)
-            if 'type' not in cfg:
-                raise KeyError(f'attention config {cfg} has no "type"; '
-                               f'registered: {sorted(ATTENTIONS.module_dict)}'
-                               " or 'ShiftWindowMSA'")
-            resolved.append(cfg)
-        return resolved
 
     @staticmethod
     def is_window_attention(cfg: dict) -> bool:

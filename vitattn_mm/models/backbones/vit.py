@@ -22,8 +22,8 @@ from ...registry import register_model
 from ..layers import (PixelNormPatchEmbed, ResizablePosEmbed,
                       TransformerBlock, VitAttnBackbone, build_attention,
                       freeze_module, init_linear_and_norm,
-                      linear_drop_path_rates, sincos_pos_embed_2d,
-                      to_2tuple_int)
+                      linear_drop_path_rates, per_stage_attention,
+                      sincos_pos_embed_2d, to_2tuple_int)
 
 #: Softmax attention (``MeanShiftAttention`` without the mean shift is plain
 #: multi-head self-attention with a fused kernel).
@@ -108,11 +108,7 @@ class AttnViT(VitAttnBackbone):
             if value not in valid:
                 raise ValueError(f'{name} must be one of {valid}, got '
                                  f'{value!r}')
-        if isinstance(attn_cfgs, dict):
-            attn_cfgs = [attn_cfgs] * depth
-        if len(attn_cfgs) != depth:
-            raise ValueError(f'attn_cfgs has {len(attn_cfgs)} entries for '
-                             f'{depth} blocks')
+        attn_cfgs = per_stage_attention(attn_cfgs, depth, unit='blocks')
         self.embed_dims = embed_dims
         self.out_type = out_type
         self.with_cp = with_cp

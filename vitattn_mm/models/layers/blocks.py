@@ -2,7 +2,7 @@
 """
 import inspect
 import re
-from typing import Optional, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -24,6 +24,32 @@ def attention_class(name: Union[str, type]) -> type:
         raise KeyError(f'attention {name!r} is not registered; registered: '
                        f'{sorted(ATTENTIONS.module_dict)}')
     return cls
+
+
+def per_stage_attention(cfgs: Union[None, dict, Sequence],
+                        num: int,
+                        default: Optional[dict] = None,
+                        unit: str = 'stages') -> list:
+    """A skeleton's ``attn_cfgs`` as one entry per stage (or block).
+
+    A dict (or None) serves every one; a list gives each its own. None
+    entries become ``default`` (the skeleton's own attention); a dict must
+    name its ``type``; a nested list (per-block configs) passes through.
+    """
+    if cfgs is None or isinstance(cfgs, dict):
+        cfgs = [cfgs] * num
+    if len(cfgs) != num:
+        raise ValueError(f'attn_cfgs has {len(cfgs)} entries for {num} '
+                         f'{unit}')
+    resolved = []
+    for cfg in cfgs:
+        if cfg is None or isinstance(cfg, dict):
+            cfg = dict(default if cfg is None else cfg)
+            if 'type' not in cfg:
+                raise KeyError(f'attention config {cfg} has no "type"; '
+                               f'registered: {sorted(ATTENTIONS.module_dict)}')
+        resolved.append(cfg)
+    return resolved
 
 
 def build_attention(cfg: dict,
