@@ -5,6 +5,12 @@ from mmengine.registry import MODELS, init_default_scope
 
 import vitattn_mm  # noqa: F401
 
+_PVT = dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
+                      num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2]))
+_CSWIN = dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 1],
+                        num_heads=[2, 2, 4, 4]))
+_VIT = dict(arch=dict(embed_dims=32, depth=2, num_heads=2), out_indices=(0, 1))
+
 #: Small instances of every registered backbone (two to four stages, one
 #: or two blocks each): the export paths are the full models', the graphs
 #: only shorter.
@@ -13,42 +19,26 @@ TINY_BACKBONES = {
     'AttnSwinTransformer':
     dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 1],
                    num_heads=[1, 2, 2, 4])),
-    'AttnPVT':
-    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
-                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
-    'AttnPVTv2':
-    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
-                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
-    'AttnViT':
-    dict(arch=dict(embed_dims=32, depth=2, num_heads=2), out_indices=(0, 1)),
-    'AttnCSwinTransformer':
-    dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 1],
-                   num_heads=[2, 2, 4, 4])),
+    'AttnPVT': _PVT,
+    'AttnPVTv2': _PVT,
+    'AttnViT': _VIT,
+    'AttnCSwinTransformer': _CSWIN,
     # The families.
-    'FLattenCSwinTransformer':
-    dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 1],
-                   num_heads=[2, 2, 4, 4])),
+    'FLattenCSwinTransformer': _CSWIN,
     'FLattenSwinTransformer':
     dict(arch=dict(embed_dims=16, depths=[1, 2, 1, 2],
                    num_heads=[1, 2, 2, 4])),
-    'FLattenPVT':
-    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
-                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
-    'FLattenPVTv2':
-    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
-                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])),
+    'FLattenPVT': _PVT,
+    'FLattenPVTv2': _PVT,
     'L2ViT':
     dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 2, 1],
                    num_heads=[1, 2, 2, 4])),
     'LaViT':
-    dict(arch=dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 2, 2],
-                   num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2],
-                   la_start=[0, 0, 2, 2])),
+    dict(arch=dict(_PVT['arch'], depths=[1, 1, 2, 2], la_start=[0, 0, 2, 2])),
     'MSFSwinTransformer':
     dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 2],
                    num_heads=[1, 2, 2, 4])),
-    'MSFViT':
-    dict(arch=dict(embed_dims=32, depth=2, num_heads=2), out_indices=(0, 1)),
+    'MSFViT': _VIT,
 }
 
 
