@@ -191,11 +191,9 @@ class AttnPVT(VitAttnBackbone):
 
     def forward_blocks(self, stage: int, x: torch.Tensor,
                        hw_shape: Tuple[int, int], state: dict) -> torch.Tensor:
-        """The blocks of ``stage``. ``state`` is one dict per forward pass
-        for attentions that pass something between layers and stages
-        (LaViT's attention maps); plain token attentions need none."""
-        for block in self.stages[stage]['blocks']:
-            x = block(x, hw_shape)
+        """The blocks of ``stage``, each through :meth:`forward_block`."""
+        for j, block in enumerate(self.stages[stage]['blocks']):
+            x = self.forward_block(block, x, hw_shape, state, stage, j)
         return x
 
     def _freeze_stages(self) -> None:

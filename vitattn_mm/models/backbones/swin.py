@@ -22,6 +22,7 @@ import torch.nn as nn
 from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.backbones import SwinTransformer
+from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.models.utils.attention import WindowMSA
 
 from ...registry import ATTENTIONS, register_model
@@ -52,7 +53,8 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
             Swin's shifted windows around the registered window attention
             NAME; any other ``type`` names a registered token attention
             that the stage's :class:`TransformerBlock` s run over the whole
-            map. Default: None (Swin everywhere).
+            map; a list of such dicts gives each block of the stage its own.
+            Default: None (Swin everywhere).
         pretrain_img_size (int | tuple[int, int]): Input size of the
             pretrained weights: sizes absolute position embeddings and the
             grid token attentions learn positional encodings on.
@@ -204,11 +206,17 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
                 continue
             dims = self.embed_dims * 2**i
             first = sum(self.depths[:i])
+            depth = self.depths[i]
+            block_cfgs = cfg if isinstance(cfg, list) else [cfg] * depth
+            if len(block_cfgs) != depth:
+                raise ValueError(f'attn_cfgs of stage {i} lists '
+                                 f'{len(block_cfgs)} blocks; the stage has '
+                                 f'{depth}')
             self.stages[i].blocks = ModuleList([
                 TransformerBlock(
                     dims,
                     build_attention(
-                        cfg,
+                        block_cfgs[j],
                         embed_dims=dims,
                         num_heads=self.num_heads[i],
                         qkv_bias=qkv_bias,
@@ -250,8 +258,8 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
         return settings
 
     @staticmethod
-    def is_window_attention(cfg: dict) -> bool:
-        return cfg['type'] == 'ShiftWindowMSA'
+    def is_window_attention(cfg: Union[dict, list]) -> bool:
+        return isinstance(cfg, dict) and cfg['type'] == 'ShiftWindowMSA'
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -261,8 +269,31 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
 
     # ----------------------------------------------------------- forward
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        return self.forward_stages(x)[0]
+
+    def forward_stages(self, x: torch.Tensor) -> Tuple[tuple, dict]:
+        """mmpretrain's Swin forward pass with every block run through
+        :meth:`forward_block`; returns the outputs and the state the blocks
+        passed along."""
         self.check_input_size(x)
-        return SwinTransformer.forward(self, x)
+        x, hw_shape = self.patch_embed(x)
+        if self.use_abs_pos_embed:
+            x = x + resize_pos_embed(
+                self.absolute_pos_embed, self.patch_resolution, hw_shape,
+                self.interpolate_mode, self.num_extra_tokens)
+        x = self.drop_after_pos(x)
+        outs, state = [], {}
+        for i, stage in enumerate(self.stages):
+            for j, block in enumerate(stage.blocks):
+                x = self.forward_block(block, x, hw_shape, state, i, j)
+            if i in self.out_indices:
+                out = getattr(self, f'norm{i}')(x)
+                outs.append(
+                    out.view(-1, *hw_shape, self.num_features[i]).permute(
+                        0, 3, 1, 2).contiguous())
+            if stage.downsample is not None:
+                x, hw_shape = stage.downsample(x, hw_shape)
+        return tuple(outs), state
 
     def _freeze_stages(self) -> None:
         SwinTransformer._freeze_stages(self)

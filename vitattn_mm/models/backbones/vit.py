@@ -156,6 +156,11 @@ class AttnViT(VitAttnBackbone):
         init_linear_and_norm(module)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        return self.forward_stages(x)[0]
+
+    def forward_stages(self, x: torch.Tensor) -> Tuple[tuple, dict]:
+        """The outputs, and the state the blocks passed along (see
+        :meth:`forward_block`; a plain ViT is one stage)."""
         self.check_input_size(x)
         x, hw_shape = self.patch_embed(x)
         if self.pos_embed is None:
@@ -164,16 +169,16 @@ class AttnViT(VitAttnBackbone):
         else:
             pos = self.pos_embed(hw_shape)
         x = x + pos.to(x.dtype)
-        outs = []
+        outs, state = [], {}
         for i, block in enumerate(self.blocks):
-            x = block(x, hw_shape)
+            x = self.forward_block(block, x, hw_shape, state, 0, i)
             if i in self.out_indices:
                 norm = getattr(self, f'norm{i}')
                 if self.out_type == 'avg_featmap':
                     outs.append(norm(x.mean(dim=1)))
                 else:
                     outs.append(nlc_to_nchw(norm(x), hw_shape))
-        return tuple(outs)
+        return tuple(outs), state
 
     def _freeze_stages(self) -> None:
         if self.frozen_stages < 0:

@@ -193,6 +193,15 @@ class VitAttnBackbone(BaseModule, metaclass=_ChecksAfterInit):
                 f'{self.min_input_size}x{self.min_input_size} pixels, got '
                 f'{x.shape[-2]}x{x.shape[-1]}.')
 
+    def forward_block(self, block: nn.Module, x: torch.Tensor,
+                      hw_shape: Tuple[int, int], state: dict, stage: int,
+                      index: int) -> torch.Tensor:
+        """Block ``index`` of ``stage``. ``state`` is one dict per forward
+        pass, for attentions that pass something between layers and stages
+        (Less-Attention's logits); plain token attentions need none, and
+        backbones built from such attentions override this."""
+        return block(x, hw_shape)
+
     # ----------------------------------------------------- train / freeze
     def _freeze_stages(self) -> None:
         """Freeze the stem and stages ``0..frozen_stages``."""
