@@ -14,7 +14,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from vitattn_mm.models.backbones import (AttnCSwinTransformer, AttnPVT,
                                          AttnPVTv2, AttnSwinTransformer,
                                          AttnViT, FLattenCSwinTransformer,
-                                         FLattenPVT, FLattenPVTv2,
+                                         FLattenDeiT, FLattenPVT, FLattenPVTv2,
                                          FLattenSwinTransformer, L2ViT, LaViT,
                                          MSFSwinTransformer, MSFViT)
 from vitattn_mm.registry import ATTENTIONS
@@ -78,6 +78,7 @@ CASES = {
     'FLattenPVT': (FLattenPVT, dict(arch=PVT)),
     'FLattenPVTv2': (FLattenPVTv2, dict(arch=PVT)),
     'FLattenCSwinTransformer': (FLattenCSwinTransformer, dict(arch=CSWIN)),
+    'FLattenDeiT': (FLattenDeiT, dict(arch=VIT, out_indices=(0, 1, 2))),
     'MSFSwinTransformer': (MSFSwinTransformer, dict(arch=SWIN, groups=2)),
     'MSFViT': (MSFViT, dict(arch=VIT, out_indices=(0, 1, 2))),
     'L2ViT': (L2ViT, dict(arch=L2)),

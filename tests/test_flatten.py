@@ -1,5 +1,5 @@
-"""FLatten: focused linear attention and the FLatten-Swin / PVT / PVTv2
-backbones (numerics, shapes, official checkpoints, converter, bf16)."""
+"""FLatten: focused linear attention and the FLatten-Swin / PVT / PVTv2 /
+DeiT backbones (numerics, shapes, official checkpoints, converter, bf16)."""
 import math
 import runpy
 import sys
@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitattn_mm.models.backbones.flatten import (FLattenPVT, FLattenPVTv2,
+from vitattn_mm.models.backbones.flatten import (FLattenDeiT, FLattenPVT,
+                                                 FLattenPVTv2,
                                                  FLattenSwinTransformer,
                                                  FocusedLinearAttention)
 
@@ -258,6 +259,60 @@ def test_out_indices_select_outputs_and_norms():
                    for name, _ in raw.named_parameters())
     with pytest.raises(ValueError, match='out_norm'):
         FLattenPVTv2(TINY_PVT, out_norm=False)
+
+
+# --------------------------------------------------------------- FLatten-DeiT
+TINY_DEIT = dict(embed_dims=32, depth=2, num_heads=2)
+
+
+def test_flatten_deit_tiny_is_the_papers_model():
+    """Supplement Table 2: 12 global FLatten blocks, 192 channels, 3 heads,
+    a 14x14 window (the whole 224 map); Table 1: 6.1 M params with the
+    1000-class head (ours 6.19 M, docs/flatten.md)."""
+    model = FLattenDeiT('tiny')
+    assert len(model.blocks) == 12 and model.embed_dims == 192
+    assert model.pos_embed.grid_hw == (14, 14)
+    for block in model.blocks:
+        attn = block.attn
+        assert isinstance(attn, FocusedLinearAttention)
+        assert attn.window_size is None and attn.sr_ratio == 1
+        assert (attn.num_heads, attn.head_dims) == (3, 64)
+        assert attn.dwc.kernel_size == (5, 5)
+        assert attn.positional_encoding.weight.shape == (1, 196, 192)
+        assert block.norm1.eps == 1e-6
+    params = sum(p.numel() for p in model.parameters()) + 192 * 1000 + 1000
+    assert params == 6190888
+    assert abs(params / 6.1e6 - 1) < 0.02
+    assert FLattenDeiT('t').state_dict().keys() == model.state_dict().keys()
+
+
+@pytest.mark.parametrize('hw', [(224, 224), (33, 97), (97, 33), (160, 240)])
+def test_flatten_deit_any_input_size(hw):
+    torch.manual_seed(0)
+    model = FLattenDeiT(TINY_DEIT, out_indices=(0, 1)).eval()
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, *hw))
+    grid = tuple(math.ceil(s / 16) for s in hw)
+    assert [tuple(o.shape) for o in outs] == [(1, 32, *grid)] * 2
+    assert all(torch.isfinite(o).all() for o in outs)
+    pos = model.blocks[0].attn.positional_encoding
+    assert pos.weight.shape == (1, 14 * 14, 32)
+    with torch.no_grad():
+        assert pos(grid).shape == (1, grid[0] * grid[1], 32)
+
+
+def test_flatten_deit_classifier_output_trains():
+    """``out_type='avg_featmap'`` (the ImageNet config): the mean token
+    through the last block's norm, ``(B, C)``; gradients reach every
+    parameter."""
+    torch.manual_seed(0)
+    model = FLattenDeiT(TINY_DEIT, out_type='avg_featmap',
+                        drop_path_rate=0.1).train()
+    (out, ) = model(torch.randn(2, 3, 64, 80))
+    assert out.shape == (2, 32)
+    out.square().mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all()
+               for p in model.parameters())
 
 
 # ------------------------------------------------------ official checkpoints

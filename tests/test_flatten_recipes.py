@@ -11,30 +11,43 @@ from mmengine.config import Config
 from mmengine.registry import MODELS, init_default_scope
 
 with open('configs/flatten/metafile.yml') as f:
+    # None for the rows the paper has no number for.
     PAPER_PARAMS = {
-        m['Config']: m['Paper']['Params']
+        m['Config']: (m.get('Paper') or {}).get('Params')
         for m in yaml.safe_load(f)['Models']
         if m['Config'].startswith('configs/flatten/')
     }
 DET_SEG_CONFIGS = sorted(c for c in PAPER_PARAMS if '_in1k' not in c)
+#: Recipes without a paper row (FLatten-CSwin-T downstream): our counts
+#: (docs/flatten.md), each ~1.1 M below the CSwin-T baseline in the same
+#: config (41.96 M / 52.12 M), as the FLatten-CSwin-T backbone is.
+UNPUBLISHED_PARAMS = {
+    'configs/flatten/mask-rcnn_flatten-cswin-t_fpn_1x_coco.py': 40.84,
+    'configs/flatten/upernet_flatten-cswin-t_8xb2-160k_ade20k-512x512.py':
+    51.00,
+}
 
 
 def test_metafile_lists_every_config():
     assert sorted(PAPER_PARAMS) == sorted(glob.glob('configs/flatten/*.py'))
-    assert len(DET_SEG_CONFIGS) == 8 and len(PAPER_PARAMS) == 23
+    assert len(DET_SEG_CONFIGS) == 10 and len(PAPER_PARAMS) == 26
+    assert sorted(c for c, p in PAPER_PARAMS.items()
+                  if p is None) == sorted(UNPUBLISHED_PARAMS)
 
 
 @pytest.mark.parametrize('config', sorted(PAPER_PARAMS))
 def test_config_builds_with_the_papers_params(config):
     """Built on the meta device (no memory, no init): the whole model's
-    parameters within 2% of the paper's table."""
+    parameters within 2% of the paper's table (of our documented count
+    where the paper has no row)."""
     cfg = Config.fromfile(config)
     init_default_scope(cfg.default_scope)
     with torch.device('meta'):
         model = MODELS.build(cfg.model)
     assert type(model.backbone).__name__.startswith('FLatten')
     params = sum(p.numel() for p in model.parameters()) / 1e6
-    assert abs(params / PAPER_PARAMS[config] - 1) < 0.02, params
+    expected = PAPER_PARAMS[config] or UNPUBLISHED_PARAMS[config]
+    assert abs(params / expected - 1) < 0.02, params
     custom_keys = cfg.optim_wrapper.paramwise_cfg.custom_keys
     assert any('positional_encoding' in k for k in custom_keys)
     assert 'attn.scale' in custom_keys

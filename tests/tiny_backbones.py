@@ -25,6 +25,7 @@ TINY_BACKBONES = {
     'AttnCSwinTransformer': _CSWIN,
     # The families.
     'FLattenCSwinTransformer': _CSWIN,
+    'FLattenDeiT': _VIT,
     'FLattenSwinTransformer':
     dict(arch=dict(embed_dims=16, depths=[1, 2, 1, 2],
                    num_heads=[1, 2, 2, 4])),

@@ -3,7 +3,9 @@
 The released FLatten-Swin / FLatten-PVT / FLatten-PVTv2 / FLatten-CSwin
 files (LeapLabTHU/FLatten-Transformer) hold ``{'model': state_dict, ...}``
 with the official names (FLatten-CSwin also ``state_dict_ema``: pass
-``--key state_dict_ema`` for the EMA weights). This writes
+``--key state_dict_ema`` for the EMA weights). FLatten-DeiT was never
+released (no code, no weights), so there is no layout of it to convert.
+This writes
 ``{'state_dict': ...}`` with the backbone under ``backbone.`` and the
 ImageNet head under ``head.fc.``, which
 

@@ -1,5 +1,5 @@
-"""FLatten Transformer: focused linear attention in Swin, PVT, PVTv2 and
-CSwin.
+"""FLatten Transformer: focused linear attention in DeiT, Swin, PVT, PVTv2
+and CSwin.
 
 Han et al., "FLatten Transformer: Vision Transformer using Focused Linear
 Attention", ICCV 2023 (https://arxiv.org/abs/2308.00442). The official
@@ -26,6 +26,7 @@ from ..layers import (QueryAttention, ResizablePosEmbed, StateDict,
 from .cswin import AttnCSwinTransformer, convert_official_cswin
 from .pvt import AttnPVT, AttnPVTv2
 from .swin import AttnSwinTransformer
+from .vit import AttnViT
 
 
 @ATTENTIONS.register_module()
@@ -558,6 +559,55 @@ class FLattenCSwinTransformer(AttnCSwinTransformer):
         return convert_official_cswin(
             state_dict, _convert_flatten_cswin_block,
             lambda names: 'attns.0.dwc.weight' in names.split())
+
+
+@register_model
+class FLattenDeiT(AttnViT):
+    """FLatten-DeiT: DeiT with focused linear attention in every block.
+
+    :class:`AttnViT` in DeiT's layout (a stride-16 conv patch embedding, a
+    learned absolute position embedding, pre-norm blocks with LayerNorm eps
+    1e-6 and a 4x MLP) with a global :class:`FocusedLinearAttention` in
+    every block (supplement Table 2: 12 blocks, 192 channels, 3 heads, a
+    14x14 "window" that is the whole 224x224 map). Each attention's learned
+    positional encoding is sized for the pretraining grid (14x14 at 224)
+    and resized bilinearly to the running grid, as in the other FLatten
+    models; the position embedding is resized the same way.
+
+    The skeleton has no class token: the classifier pools the mean token
+    (``out_type='avg_featmap'``, through the last block's norm) where DeiT
+    reads its class token. The official repository released no FLatten-DeiT
+    code or weights, so there is no official layout to convert.
+
+    Args:
+        arch (str | dict): 'tiny' (or 't', 'ti'), or a dict with
+            ``embed_dims``, ``depth`` and ``num_heads``. Default: 'tiny'.
+        focusing_factor (float): p of the focusing function. Default: 3.
+        kernel_size (int): Depthwise conv kernel of the attention.
+            Default: 5.
+        norm_cfg (dict): Norm layers. Default: ``dict(type='LN',
+            eps=1e-6)`` (DeiT's).
+        **kwargs: :class:`AttnViT` arguments (``patch_size``,
+            ``pretrain_img_size``, ``qkv_bias``, ``out_indices``,
+            ``out_type``, ``drop_path_rate``, ``with_cp``,
+            ``frozen_stages``, ``init_cfg``...).
+    """
+    arch_zoo = {
+        ('t', 'ti', 'tiny'): dict(embed_dims=192, depth=12, num_heads=3),
+    }
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'tiny',
+                 focusing_factor: float = 3,
+                 kernel_size: int = 5,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 **kwargs):
+        kwargs.setdefault(
+            'attn_cfgs',
+            dict(type='FocusedLinearAttention',
+                 focusing_factor=focusing_factor,
+                 kernel_size=kernel_size))
+        super().__init__(arch=arch, norm_cfg=norm_cfg, **kwargs)
 
 
 def _convert_flatten_cswin_block(prefix: str, name: str,
