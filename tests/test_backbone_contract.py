@@ -16,6 +16,7 @@ from vitattn_mm.models.backbones import (AttnCSwinTransformer, AttnPVT,
                                          AttnViT, FLattenCSwinTransformer,
                                          FLattenDeiT, FLattenPVT, FLattenPVTv2,
                                          FLattenSwinTransformer, L2ViT, LaViT,
+                                         LessAttnSwinTransformer, LessAttnViT,
                                          MSFSwinTransformer, MSFViT)
 from vitattn_mm.registry import ATTENTIONS
 
@@ -43,8 +44,10 @@ TOKEN_ATTENTIONS = {
 }
 #: Window attentions, run by Swin's ShiftWindowMSA.
 WINDOW_ATTENTIONS = ('WindowMSA', 'MeanShiftAttention', 'LocalWindowAttention')
-#: Attentions that pass state between layers: only their own runner (LaViT).
-STATEFUL_ATTENTIONS = ('VanillaAttention', 'LessAttention')
+#: Attentions that pass state between layers: run by the Less-Attention
+#: backbones (LaViT on PVT, LessAttnViT, LessAttnSwinTransformer).
+STATEFUL_ATTENTIONS = ('VanillaAttention', 'LessAttention',
+                       'WindowVanillaAttention', 'WindowLessAttention')
 
 
 def _token(name):
@@ -83,6 +86,10 @@ CASES = {
     'MSFViT': (MSFViT, dict(arch=VIT, out_indices=(0, 1, 2))),
     'L2ViT': (L2ViT, dict(arch=L2)),
     'LaViT': (LaViT, dict(arch=LA)),
+    'LessAttnViT': (LessAttnViT, dict(arch=dict(VIT, la_start=2),
+                                      out_indices=(0, 1, 2))),
+    'LessAttnSwinTransformer': (LessAttnSwinTransformer, dict(
+        arch=dict(SWIN, depths=[1, 2, 3, 2], la_start=[0, 2, 3, 2]))),
 }
 
 

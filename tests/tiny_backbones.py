@@ -36,6 +36,10 @@ TINY_BACKBONES = {
                    num_heads=[1, 2, 2, 4])),
     'LaViT':
     dict(arch=dict(_PVT['arch'], depths=[1, 1, 2, 2], la_start=[0, 0, 2, 2])),
+    'LessAttnSwinTransformer':
+    dict(arch=dict(embed_dims=16, depths=[1, 2, 3, 2], num_heads=[1, 2, 2, 4],
+                   la_start=[0, 2, 3, 2])),
+    'LessAttnViT': dict(_VIT, arch=dict(_VIT['arch'], la_start=2)),
     'MSFSwinTransformer':
     dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 2],
                    num_heads=[1, 2, 2, 4])),

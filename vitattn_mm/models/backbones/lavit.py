@@ -21,7 +21,7 @@ ceil(W/32); the reductions pad like the patch embeddings), so only the query
 grid changes between stages.
 """
 import math
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -33,9 +33,13 @@ from mmpretrain.models.utils import LayerScale
 
 from ...registry import ATTENTIONS, register_model
 from ..aux_loss import AuxLossBackbone
-from ..layers import (check_heads, grid_after_stride, is_capturing,
-                      split_heads, to_2tuple_int)
+from ..layers import (RelativePositionBias, check_heads, crop_tokens,
+                      grid_after_stride, is_capturing, pad_to_multiple,
+                      shifted_window_mask, split_heads, to_2tuple_int,
+                      window_partition, window_reverse)
 from .pvt import PVT_WIDTHS, AttnPVT
+from .swin import AttnSwinTransformer
+from .vit import AttnViT
 
 Grid = Tuple[int, int]
 
@@ -175,6 +179,37 @@ class DenseAttentionTransform(BaseModule):
         return f'query_hw={self.query_hw}, key_hw={self.key_hw}'
 
 
+def build_attention_transform(cfg: dict, num_heads: int,
+                              query_hw: Optional[Grid],
+                              key_hw: Optional[Grid]) -> nn.Module:
+    """``dict(type='conv', kernel_size=3)`` -> :class:`ConvAttentionTransform`;
+    ``dict(type='dense', input_size=(H, W))`` ->
+    :class:`DenseAttentionTransform` on the given grids."""
+    cfg = dict(cfg)
+    kind = cfg.pop('type')
+    if kind == 'conv':
+        return ConvAttentionTransform(num_heads, **cfg)
+    if kind == 'dense':
+        if query_hw is None:
+            raise ValueError('the dense Less-Attention transform needs the '
+                             'grid it is built for (grid_size)')
+        return DenseAttentionTransform(query_hw, key_hw, **cfg)
+    raise ValueError("the Less-Attention transform is 'conv' or 'dense', "
+                     f'got {kind!r}')
+
+
+def transform_cfg(la_transform: str, la_kernel_size: int,
+                  input_size: Grid) -> dict:
+    """A backbone's ``la_transform`` / ``la_kernel_size`` arguments as the
+    ``transform`` config of its :class:`LessAttention` layers."""
+    if la_transform == 'conv':
+        return dict(type='conv', kernel_size=la_kernel_size)
+    if la_transform == 'dense':
+        return dict(type='dense', input_size=to_2tuple_int(input_size))
+    raise ValueError("la_transform must be 'conv' or 'dense', got "
+                     f'{la_transform!r}')
+
+
 # ---------------------------------------------------------------- attention
 class SpatialReductionAttention(BaseModule):
     """What VA and LA layers share: PVT's spatial reduction (keys and values
@@ -299,18 +334,15 @@ class LessAttention(SpatialReductionAttention):
         super().__init__(embed_dims, num_heads, sr_ratio)
         self.v = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         if isinstance(transform, dict):
-            transform = dict(transform)
-            kind = transform.pop('type')
-            if kind == 'conv':
-                transform = ConvAttentionTransform(num_heads, **transform)
-            elif kind == 'dense':
-                transform = DenseAttentionTransform(
-                    grid_size, grid_after_stride(grid_size, sr_ratio),
-                    **transform)
-            else:
-                raise ValueError("the Less-Attention transform is 'conv' or "
-                                 f"'dense', got {kind!r}")
+            transform = build_attention_transform(
+                transform, num_heads, grid_size,
+                None if grid_size is None else grid_after_stride(
+                    grid_size, sr_ratio))
         self.transform = transform
+
+    def map_grids(self, hw_shape: Grid) -> Tuple[Grid, Grid]:
+        """Query and key grids of this layer's maps."""
+        return tuple(hw_shape), grid_after_stride(hw_shape, self.sr_ratio)
 
     def forward(self, x: torch.Tensor, hw_shape: Grid,
                 prev_logits: torch.Tensor):
@@ -318,6 +350,155 @@ class LessAttention(SpatialReductionAttention):
         v = self.split_heads(self.v(v_tokens))
         logits = self.transform(prev_logits, tuple(hw_shape), v_hw)
         return self.output(logits.softmax(dim=-1).to(v.dtype) @ v), logits
+
+
+# ------------------------------------------------------- window attention
+class _WindowLayout:
+    """Swin's (shifted) window partition for the window VA / LA layers:
+    tokens padded to whole windows, rolled by half a window when shifted
+    (also a map of one window, as mmpretrain's Swin with
+    ``pad_small_map=True``), with the additive mask that keeps rolled-in
+    tokens apart."""
+
+    def init_windows(self, window_size: int, shift: bool) -> None:
+        self.window_size = to_2tuple_int(window_size)
+        self.shift = shift
+
+    def to_windows(self, x: torch.Tensor, hw_shape: Grid):
+        """``(B, H*W, C)`` -> windows ``(B*nW, wh*ww, C)``, their layout and
+        the shift mask ``(B*nW, 1, N, N)`` (None without shift)."""
+        B = x.shape[0]
+        x, padded = pad_to_multiple(x, hw_shape, self.window_size)
+        shift = (0, 0)
+        if self.shift:
+            shift = tuple(w // 2 for w in self.window_size)
+            x = torch.roll(x, (-shift[0], -shift[1]), dims=(1, 2))
+        mask = None
+        if shift != (0, 0):
+            mask = shifted_window_mask(padded, self.window_size, shift,
+                                       x.device).to(x.dtype)
+            mask = mask.repeat(B, 1, 1).unsqueeze(1)
+        return (window_partition(x, self.window_size), (padded, shift),
+                mask)
+
+    def from_windows(self, windows: torch.Tensor, layout, hw_shape: Grid):
+        padded, shift = layout
+        x = window_reverse(windows, padded, self.window_size)
+        if shift != (0, 0):
+            x = torch.roll(x, shift, dims=(1, 2))
+        return crop_tokens(x, hw_shape)
+
+
+@ATTENTIONS.register_module()
+class WindowVanillaAttention(_WindowLayout, VanillaAttention):
+    """VA layer inside Swin's (shifted) windows, with Swin's relative
+    position bias.
+
+    ``forward(x, hw_shape, bias)`` adds ``bias`` ``(B, heads, N, N)`` (the
+    Attention Residual, one map per image) to every window's logits;
+    returns ``(output, logits)``, the logits ``(B*nW, heads, N, N)``
+    without the shift mask (an LA layer re-adds it) or None unless
+    ``keep_logits``.
+
+    Args:
+        embed_dims (int): Channels C.
+        num_heads (int): Attention heads.
+        window_size (int): Window side. Default: 7.
+        shift (bool): Shift the windows by half a window. Default: False.
+        qkv_bias (bool): Bias in the q / kv projections. Default: True.
+        keep_logits (bool): Return the pre-softmax logits. Default: False.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 window_size: int = 7,
+                 shift: bool = False,
+                 qkv_bias: bool = True,
+                 keep_logits: bool = False):
+        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias,
+                         keep_logits=keep_logits)
+        self.init_windows(window_size, shift)
+        self.relative_position_bias = RelativePositionBias(
+            self.window_size, num_heads)
+
+    def forward(self,
+                x: torch.Tensor,
+                hw_shape: Grid,
+                bias: Optional[torch.Tensor] = None):
+        windows, layout, mask = self.to_windows(x, hw_shape)
+        q = self.split_heads(self.q(windows))
+        k, v = map(self.split_heads, self.kv(windows).chunk(2, dim=-1))
+        logits = (q * self.scale) @ k.transpose(-2, -1)
+        logits = logits + self.relative_position_bias().to(logits.dtype)
+        if bias is not None:
+            nW_h_n_n = logits.shape[1:]
+            logits = (logits.view(bias.shape[0], -1, *nW_h_n_n) +
+                      bias.unsqueeze(1).to(logits.dtype)).flatten(0, 1)
+        masked = logits if mask is None else logits + mask
+        out = self.output(masked.softmax(dim=-1).to(v.dtype) @ v)
+        return (self.from_windows(out, layout, hw_shape),
+                logits if self.keep_logits else None)
+
+    def extra_repr(self) -> str:
+        return (f'{super().extra_repr()}, window_size={self.window_size}, '
+                f'shift={self.shift}')
+
+
+@ATTENTIONS.register_module()
+class WindowLessAttention(_WindowLayout, LessAttention):
+    """LA layer inside Swin's windows: transforms the previous layer's
+    window logits ``(B*nW, heads, N, N)`` and applies their softmax to this
+    layer's values.
+
+    The layer works in the windows of the logits it transforms: build it
+    with the ``shift`` of the layer that computed them (see
+    ``docs/lavit.md``: a layer whose windows straddled the source windows
+    would need scores of token pairs no layer compared). The windows have
+    the same size at every input size, so the paper's dense transform
+    (``N x N`` maps, N = wh*ww) serves any input here.
+
+    Args:
+        embed_dims (int): Channels C.
+        num_heads (int): Attention heads.
+        window_size (int): Window side. Default: 7.
+        shift (bool): Windows shifted by half a window. Default: False.
+        transform (nn.Module | dict): ``dict(type='conv', kernel_size=3)``
+            or ``dict(type='dense')`` (the paper's maps over a window's
+            tokens). Default: ``dict(type='conv')``.
+        qkv_bias (bool): Bias in the v projection. Default: True.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 window_size: int = 7,
+                 shift: bool = False,
+                 transform: Union[nn.Module, dict] = dict(type='conv'),
+                 qkv_bias: bool = True):
+        window = to_2tuple_int(window_size)
+        if isinstance(transform, dict) and transform['type'] == 'dense':
+            transform = dict(transform, input_size=window)
+        super().__init__(embed_dims, num_heads, transform=transform,
+                         qkv_bias=qkv_bias, grid_size=window)
+        self.init_windows(window, shift)
+
+    def map_grids(self, hw_shape: Grid) -> Tuple[Grid, Grid]:
+        return self.window_size, self.window_size
+
+    def forward(self, x: torch.Tensor, hw_shape: Grid,
+                prev_logits: torch.Tensor):
+        windows, layout, mask = self.to_windows(x, hw_shape)
+        v = self.split_heads(self.v(windows))
+        logits = self.transform(prev_logits, self.window_size,
+                                self.window_size)
+        masked = logits if mask is None else logits + mask
+        out = self.output(masked.softmax(dim=-1).to(v.dtype) @ v)
+        return self.from_windows(out, layout, hw_shape), logits
+
+    def extra_repr(self) -> str:
+        return (f'{super().extra_repr()}, window_size={self.window_size}, '
+                f'shift={self.shift}')
 
 
 class AttentionResidual(BaseModule):
@@ -369,6 +550,50 @@ class AttentionResidual(BaseModule):
         return x.reshape(B, Nk, x.shape[1], -1).permute(0, 2, 3, 1)
 
 
+class WindowAttentionResidual(BaseModule):
+    """The Attention Residual between Swin stages.
+
+    Swin's windows keep their size, not their tokens: a window of the next
+    stage covers 2x2 windows of this one, with the 7-token sides straddling
+    them, so most of its token pairs were never scored. What carries over is
+    the pattern within a window: the previous stage's last logits averaged
+    over an image's windows ``(B, h_in, N, N)``, normalised, mapped to this
+    stage's heads by a 1x1 conv and weighed by a per-head LayerScale; the
+    first VA layer adds it to every window (an input-dependent analogue of
+    the relative position bias).
+
+    Args:
+        in_heads (int): Heads of the previous stage.
+        out_heads (int): Heads of this stage.
+        window_size (int): Window side. Default: 7.
+        layer_scale_init (float): Initial LayerScale. Default: 0.1.
+        init_cfg (dict, optional): Initialisation config. Default: None.
+    """
+
+    def __init__(self,
+                 in_heads: int,
+                 out_heads: int,
+                 window_size: int = 7,
+                 layer_scale_init: float = 0.1,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.window_size = to_2tuple_int(window_size)
+        self.norm = nn.GroupNorm(1, in_heads, affine=False)
+        self.head_proj = nn.Conv2d(in_heads, out_heads, 1, bias=False)
+        self.layer_scale = LayerScale(
+            out_heads, layer_scale_init, data_format='channels_first')
+
+    def forward(self, logits: torch.Tensor, src_hw: Grid,
+                dst_hw: Grid) -> torch.Tensor:
+        """``(B*nW_src, h_in, N, N)`` -> ``(B, h_out, N, N)``."""
+        # Integer arithmetic: stays symbolic when a graph is captured.
+        num_windows = math.prod(
+            (s + w - 1) // w for s, w in zip(src_hw, self.window_size))
+        _, h, N, _ = logits.shape
+        x = logits.view(-1, num_windows, h, N, N).mean(dim=1)
+        return self.layer_scale(self.head_proj(self.norm(x)))
+
+
 # ------------------------------------------------------------------- loss
 def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
                                 key_hw: Grid) -> torch.Tensor:
@@ -413,16 +638,101 @@ def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
     return asymmetry + dominance
 
 
-# ---------------------------------------------------------------- backbone
+# ---------------------------------------------------------------- backbones
+def less_attention_layers(depths: Sequence[int], la_start: Sequence[int],
+                          vanilla: Union[dict, Sequence[dict]], less: dict,
+                          attn_residual: bool) -> List[List[dict]]:
+    """The attention config of every block: per stage, VA layers
+    (``vanilla``: one dict, or one per block) up to the first LA layer
+    ``la_start`` (1-based; 0: none), then LA layers (``less``).
+
+    A VA layer keeps its logits when an LA layer or the next stage's
+    attention residual reuses them.
+    """
+    for i, start in enumerate(la_start):
+        if start != 0 and not 2 <= start <= depths[i]:
+            raise ValueError(
+                f'la_start[{i}] = {start}: the first LA layer of a stage is '
+                f'layer 2..{depths[i]} (1-based), or 0 for none')
+    cfgs = []
+    for i, (depth, start) in enumerate(zip(depths, la_start)):
+        va = [vanilla] * depth if isinstance(vanilla, dict) else vanilla[i]
+        layers = []
+        for j in range(depth):
+            if start and j + 1 >= start:
+                layers.append(dict(less))
+                continue
+            next_is_la = bool(start) and j + 2 >= start and j + 1 < depth
+            feeds_residual = (attn_residual and j + 1 == depth
+                              and i + 1 < len(depths))
+            layers.append(
+                dict(va[j], keep_logits=next_is_la or feeds_residual))
+        cfgs.append(layers)
+    return cfgs
+
+
+class LessAttentionMixin(AuxLossBackbone):
+    """Runs Less-Attention in any skeleton with a
+    :meth:`~VitAttnBackbone.forward_block` hook and a ``forward_stages``.
+
+    VA layers compute logits (the first VA layer of a stage adding the
+    :meth:`attention_residual` of the previous stage's last logits), LA
+    layers transform the previous layer's; the per-pass ``state`` carries
+    the logits and grid between blocks and stages and collects the LA maps,
+    whose Diagonality-Preserving loss (weight ``dp_loss_weight``, mean over
+    LA layers) is returned as ``loss_dp`` by ``pop_aux_losses()`` after a
+    training forward pass.
+    """
+
+    dp_loss_weight: float = 0.
+
+    def attention_residual(self, stage: int) -> Optional[nn.Module]:
+        """The module bringing the previous stage's logits to ``stage``."""
+        return None
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        self.clear_aux_losses()
+        outs, state = self.forward_stages(x)
+        la_maps = state.get('la_maps')
+        if (la_maps and self.dp_loss_weight > 0 and self.training
+                and torch.is_grad_enabled()):
+            loss = sum(diagonality_preserving_loss(*m) for m in la_maps)
+            self.add_aux_loss('loss_dp',
+                              self.dp_loss_weight * loss / len(la_maps))
+        return outs
+
+    def forward_block(self, block: nn.Module, x: torch.Tensor,
+                      hw_shape: Grid, state: dict, stage: int,
+                      index: int) -> torch.Tensor:
+        attn = block.attn
+        if isinstance(attn, LessAttention):
+            x, logits = block(x, hw_shape, state['logits'])
+            state.setdefault('la_maps', []).append(
+                (logits, *attn.map_grids(hw_shape)))
+        elif isinstance(attn, VanillaAttention):
+            residual = None
+            module = self.attention_residual(stage) if index == 0 else None
+            if module is not None and state.get('logits') is not None:
+                residual = module(state['logits'], state['hw_shape'],
+                                  hw_shape)
+            x, logits = block(x, hw_shape, residual)
+        else:
+            return block(x, hw_shape)
+        state.update(logits=logits, hw_shape=hw_shape)
+        return x
+
+
 @register_model
-class LaViT(AuxLossBackbone, AttnPVT):
+class LaViT(LessAttentionMixin, AttnPVT):
     """LaViT backbone: PVT with Less-Attention layers (paper Table 1).
 
     :class:`AttnPVT` whose blocks are VA (:class:`VanillaAttention`) and LA
     (:class:`LessAttention`) layers, with an :class:`AttentionResidual` at
     the start of every stage but the first and the Diagonality-Preserving
     loss over the LA maps; the attention logits travel between layers and
-    stages through :meth:`forward_blocks`.
+    stages through :class:`LessAttentionMixin`. With
+    ``less_attention=False, attn_residual=False`` it is PVT (the paper's
+    Table 6 baseline); LaViT-T / S are Table 5's PVT+LA.
 
     ``la_start`` is the paper's N_LA read as the 1-based index of the first
     LA layer of each stage, 0 meaning none: T ``[0, 0, 2, 2]`` has one LA
@@ -509,41 +819,21 @@ class LaViT(AuxLossBackbone, AttnPVT):
         if num_stages != 4 or len(sr_ratios) != num_stages:
             raise ValueError('LaViT has 4 stages; sr_ratios and the arch '
                              'need one entry each')
-        for i, start in enumerate(settings['la_start']):
-            if start != 0 and not 2 <= start <= depths[i]:
-                raise ValueError(
-                    f'la_start[{i}] = {start}: the first LA layer of a stage '
-                    f'is layer 2..{depths[i]} (1-based), or 0 for none')
         if attn_residual and any(sr_ratios[i - 1] != 2 * sr_ratios[i]
                                  for i in range(1, num_stages)):
             raise ValueError(
                 'the attention residual needs the same key grid in every '
                 'stage: each sr_ratio must halve the previous one, e.g. '
                 f'(8, 4, 2, 1); got {tuple(sr_ratios)}')
-        if la_transform == 'conv':
-            transform = dict(type='conv', kernel_size=la_kernel_size)
-        elif la_transform == 'dense':
-            transform = dict(
-                type='dense', input_size=to_2tuple_int(pretrain_img_size))
-        else:
-            raise ValueError("la_transform must be 'conv' or 'dense', got "
-                             f'{la_transform!r}')
-
-        attn_cfgs = []
-        for i, depth in enumerate(depths):
-            start = settings['la_start'][i] if less_attention else 0
-            is_la = [bool(start) and j + 1 >= start for j in range(depth)]
-            layers = []
-            for j in range(depth):
-                # A VA layer keeps its logits when an LA layer or the next
-                # stage's attention residual reuses them.
-                feeds_next = (j + 1 < depth and is_la[j + 1]) or (
-                    attn_residual and j + 1 == depth and i + 1 < num_stages)
-                layers.append(
-                    dict(type='LessAttention', transform=transform)
-                    if is_la[j] else dict(type='VanillaAttention',
-                                          keep_logits=feeds_next))
-            attn_cfgs.append(layers)
+        attn_cfgs = less_attention_layers(
+            depths,
+            settings['la_start'] if less_attention else [0] * num_stages,
+            vanilla=dict(type='VanillaAttention'),
+            less=dict(
+                type='LessAttention',
+                transform=transform_cfg(la_transform, la_kernel_size,
+                                        pretrain_img_size)),
+            attn_residual=attn_residual)
         super().__init__(
             arch=settings,
             attn_cfgs=attn_cfgs,
@@ -565,36 +855,184 @@ class LaViT(AuxLossBackbone, AttnPVT):
                 self.stages[i]['attn_residual'] = AttentionResidual(
                     num_heads[i - 1], num_heads[i], ar_layer_scale_init)
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.clear_aux_losses()
-        outs, state = self.forward_stages(x)
-        la_maps = state.get('la_maps')
-        if (la_maps and self.dp_loss_weight > 0 and self.training
-                and torch.is_grad_enabled()):
-            loss = sum(diagonality_preserving_loss(*m) for m in la_maps)
-            self.add_aux_loss('loss_dp',
-                              self.dp_loss_weight * loss / len(la_maps))
-        return outs
-
-    def forward_blocks(self, stage: int, x: torch.Tensor, hw_shape: Grid,
-                       state: dict) -> torch.Tensor:
-        """VA layers compute logits (the first one adding the attention
-        residual of the previous stage's last logits), LA layers transform
-        the previous layer's; ``state`` carries the last logits and grid to
-        the next stage and collects the LA maps for the DP loss."""
+    def attention_residual(self, stage: int) -> Optional[nn.Module]:
         blocks = self.stages[stage]
-        logits = state.get('logits')
-        residual = None
-        if 'attn_residual' in blocks:
-            residual = blocks['attn_residual'](logits, state['hw_shape'],
-                                               hw_shape)
-        for j, block in enumerate(blocks['blocks']):
-            if isinstance(block.attn, LessAttention):
-                x, logits = block(x, hw_shape, logits)
-                state.setdefault('la_maps', []).append(
-                    (logits, hw_shape,
-                     grid_after_stride(hw_shape, self.sr_ratios[stage])))
-            else:
-                x, logits = block(x, hw_shape, residual if j == 0 else None)
-        state.update(logits=logits, hw_shape=hw_shape)
-        return x
+        return blocks['attn_residual'] if 'attn_residual' in blocks else None
+
+
+@register_model
+class LessAttnViT(LessAttentionMixin, AttnViT):
+    """Less-Attention plug-in for plain ViTs (LaViT Table 5: ViT+LA,
+    DeiT+LA): the :class:`AttnViT` skeleton whose first ``la_start - 1``
+    blocks are VA layers (:class:`VanillaAttention`, plain multi-head
+    self-attention) and the rest LA layers (:class:`LessAttention`).
+
+    A plain ViT has one stage, so there is no Attention Residual. DeiT+LA is
+    the default DeiT layout (conv patches, learned positions); ViT+LA the
+    Simple-ViT one (``patch_embed='pixel_norm', pos_embed='sincos'``).
+
+    Args:
+        arch (str | dict): 'tiny', 'small' (or 't', 's'), or a dict with
+            ``embed_dims``, ``depth``, ``num_heads`` and optionally
+            ``la_start``. Default: 'tiny'.
+        la_start (int, optional): 1-based index of the first LA block (0:
+            none); overrides the arch's. Default: None.
+        less_attention (bool): Build LA layers; False gives the same ViT
+            with vanilla attention throughout (the Table 5 base).
+            Default: True.
+        la_transform (str): 'conv' (any input size) or 'dense' (the paper's
+            N x N maps, only at ``pretrain_img_size``). Default: 'conv'.
+        la_kernel_size (int): Kernel of the 'conv' transform. Default: 3.
+        dp_loss_weight (float): Weight of the Diagonality-Preserving loss
+            (``loss_dp``). Default: 0.1.
+        pretrain_img_size (int | tuple[int, int]): Sizes the learned
+            position embedding and the dense transform. Default: 224.
+        **kwargs: The other :class:`AttnViT` arguments (``patch_embed``,
+            ``pos_embed``, ``out_indices``, ``out_type``,
+            ``drop_path_rate``, ``with_cp``, ``frozen_stages``,
+            ``init_cfg``, ...).
+    """
+    arch_zoo = {
+        ('t', 'tiny'): dict(embed_dims=192, depth=12, num_heads=3,
+                            la_start=4),
+        ('s', 'small'): dict(embed_dims=384, depth=12, num_heads=6,
+                             la_start=4),
+    }
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'tiny',
+                 la_start: Optional[int] = None,
+                 less_attention: bool = True,
+                 la_transform: str = 'conv',
+                 la_kernel_size: int = 3,
+                 dp_loss_weight: float = 0.1,
+                 pretrain_img_size: Union[int, Tuple[int, int]] = 224,
+                 **kwargs):
+        if 'attn_cfgs' in kwargs:
+            raise TypeError(f'{type(self).__name__} builds its own '
+                            'attn_cfgs from la_start')
+        settings = self.parse_arch(arch)
+        la_start = settings.pop('la_start', None) if la_start is None \
+            else la_start
+        if la_start is None:
+            raise ValueError('give la_start (the first LA block, 1-based) '
+                             'with a custom arch')
+        layers, = less_attention_layers(
+            [settings['depth']], [la_start if less_attention else 0],
+            vanilla=dict(type='VanillaAttention'),
+            less=dict(
+                type='LessAttention',
+                transform=transform_cfg(la_transform, la_kernel_size,
+                                        pretrain_img_size)),
+            attn_residual=False)
+        super().__init__(
+            arch=settings,
+            attn_cfgs=layers,
+            pretrain_img_size=pretrain_img_size,
+            **kwargs)
+        self.la_start = la_start if less_attention else 0
+        self.dp_loss_weight = dp_loss_weight
+
+
+@register_model
+class LessAttnSwinTransformer(LessAttentionMixin, AttnSwinTransformer):
+    """Less-Attention plug-in for Swin (LaViT Table 5: Swin+LA): the
+    :class:`AttnSwinTransformer` skeleton whose blocks are window VA layers
+    (:class:`WindowVanillaAttention`, Swin's window attention with its
+    shift alternation and relative position bias) up to ``la_start`` in
+    each stage, then window LA layers (:class:`WindowLessAttention`), with a
+    :class:`WindowAttentionResidual` at the start of every stage but the
+    first and the Diagonality-Preserving loss over the LA maps.
+
+    Shifted windows: an LA layer works in the windows of the logits it
+    transforms, so every LA layer of a stage takes the shift of the stage's
+    last VA layer and Swin's alternation continues in the VA layers only
+    (``docs/lavit.md`` gives the reasons).
+
+    Args:
+        arch (str | dict): 'tiny', 'small' (or 't', 's'), or a dict with
+            ``embed_dims``, ``depths``, ``num_heads`` and optionally
+            ``la_start`` (one per stage). Default: 'tiny'.
+        la_start (Sequence[int], optional): Per stage, the 1-based index of
+            the first LA layer (0: none); overrides the arch's.
+            Default: None.
+        less_attention (bool): Build LA layers; False gives Swin with the
+            same window attention throughout (the Table 5 base).
+            Default: True.
+        la_transform (str): 'conv' (banded maps, as LaViT's) or 'dense'
+            (the paper's N x N maps over a window's tokens, which windows
+            allow at any input size, at about 3x the transform cost).
+            Default: 'conv'.
+        la_kernel_size (int): Kernel of the 'conv' transform. Default: 3.
+        attn_residual (bool): Attention Residual between stages.
+            Default: True.
+        ar_layer_scale_init (float): Initial LayerScale of the residual.
+            Default: 0.1.
+        dp_loss_weight (float): Weight of the Diagonality-Preserving loss
+            (``loss_dp``). Default: 0.1.
+        window_size (int): Window side. Default: 7.
+        **kwargs: The other :class:`AttnSwinTransformer` arguments
+            (``out_indices``, ``drop_path_rate``, ``with_cp``,
+            ``frozen_stages``, ``init_cfg``, mmdet's keyword names, ...).
+    """
+    arch_zoo = {
+        ('t', 'tiny'): dict(embed_dims=96, depths=[2, 2, 6, 2],
+                            num_heads=[3, 6, 12, 24], la_start=[2, 2, 2, 2]),
+        ('s', 'small'): dict(embed_dims=96, depths=[2, 2, 18, 2],
+                             num_heads=[3, 6, 12, 24],
+                             la_start=[0, 0, 4, 0]),
+    }
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'tiny',
+                 la_start: Optional[Sequence[int]] = None,
+                 less_attention: bool = True,
+                 la_transform: str = 'conv',
+                 la_kernel_size: int = 3,
+                 attn_residual: bool = True,
+                 ar_layer_scale_init: float = 0.1,
+                 dp_loss_weight: float = 0.1,
+                 window_size: int = 7,
+                 **kwargs):
+        if 'attn_cfgs' in kwargs:
+            raise TypeError(f'{type(self).__name__} builds its own '
+                            'attn_cfgs from la_start')
+        settings = self.parse_arch(arch)
+        la_start = settings.pop('la_start', None) if la_start is None \
+            else list(la_start)
+        settings = self.resolve_arch(settings, kwargs.pop('embed_dims', None),
+                                     kwargs.pop('depths', None),
+                                     kwargs.pop('num_heads', None))
+        depths, num_heads = settings['depths'], settings['num_heads']
+        if la_start is None or len(la_start) != len(depths):
+            raise ValueError(f'la_start needs one entry per stage '
+                             f'({len(depths)}), got {la_start}')
+        if not less_attention:
+            la_start = [0] * len(depths)
+        vanilla = [[
+            dict(type='WindowVanillaAttention', window_size=window_size,
+                 shift=j % 2 == 1) for j in range(depth)
+        ] for depth in depths]
+        layers = less_attention_layers(
+            depths, la_start, vanilla=vanilla,
+            less=dict(type='WindowLessAttention', window_size=window_size,
+                      transform=transform_cfg(la_transform, la_kernel_size,
+                                              window_size)),
+            attn_residual=attn_residual)
+        for stage, start in zip(layers, la_start):
+            if start:  # LA layers keep the windows of the last VA layer
+                for cfg in stage[start - 1:]:
+                    cfg['shift'] = stage[start - 2]['shift']
+        super().__init__(
+            arch=settings, attn_cfgs=layers, window_size=window_size,
+            **kwargs)
+        self.la_start = tuple(la_start)
+        self.dp_loss_weight = dp_loss_weight
+        if attn_residual:
+            for i in range(1, len(depths)):
+                self.stages[i].attn_residual = WindowAttentionResidual(
+                    num_heads[i - 1], num_heads[i], window_size,
+                    ar_layer_scale_init)
+
+    def attention_residual(self, stage: int) -> Optional[nn.Module]:
+        return getattr(self.stages[stage], 'attn_residual', None)
