@@ -53,8 +53,8 @@ def _reference_attention(attn, x, hw):
     def phi(t):  # ReLU + eps, / softplus(scale), focusing over all C
         t = (F.relu(t) + 1e-6) / F.softplus(p['scale'])
         t3 = t**3
-        return t3 / t3.norm(dim=-1, keepdim=True) * t.norm(dim=-1,
-                                                          keepdim=True)
+        return t3 / t3.norm(dim=-1, keepdim=True) * t.norm(
+            dim=-1, keepdim=True)
 
     q, k = phi(q), phi(k)
     n = k.shape[1]

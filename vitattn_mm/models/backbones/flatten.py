@@ -446,6 +446,7 @@ class FLattenPVT(AttnPVT):
         """See :func:`_convert_official_pvt`."""
         return _convert_official_pvt(state_dict)
 
+
 @register_model
 class FLattenPVTv2(FLattenPVT, AttnPVTv2):
     """FLatten-PVTv2: PVTv2 with focused linear attention in every block.

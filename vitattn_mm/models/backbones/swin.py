@@ -15,7 +15,7 @@ mmdet's Swin keyword names (``embed_dims``, ``depths``, ``num_heads``,
 an mmdet or mmseg Swin config works after changing only ``type``.
 """
 import re
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
