@@ -1,6 +1,6 @@
 """torch.compile with dynamic shapes: one graph for many input sizes, no
 graph break, eager results. One backbone per skeleton (Swin-like, PVT-like,
-plain ViT, L2ViT, LaViT), compiled with the 'eager' backend (graph capture
+plain ViT, L2ViT, LaViT, Swin+LA's window logits), compiled with the 'eager' backend (graph capture
 only: inductor's code generation takes minutes on CI's two cores and is not
 what these tests are about)."""
 import pytest
@@ -28,7 +28,8 @@ def _compiled_outputs(model, sizes, dynamic=True):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('name', [
-    'FLattenSwinTransformer', 'FLattenPVT', 'MSFViT', 'L2ViT', 'LaViT'
+    'FLattenSwinTransformer', 'FLattenPVT', 'MSFViT', 'L2ViT', 'LaViT',
+    'LessAttnSwinTransformer'
 ])
 def test_one_graph_for_every_size(name):
     stats, outs = _compiled_outputs(build_tiny(name), SIZES)

@@ -73,6 +73,18 @@ def test_recipe_trains_and_tests_on_demo_data(run_recipe, config):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize('config', [
+    'configs/flatten/flatten-deit-t_8xb128_in1k.py',
+    'configs/flatten/flatten-cswin-t_8xb128_in1k.py',
+])
+def test_imagenet_recipe_trains_and_tests_on_demo_data(run_recipe, config):
+    """The ImageNet recipes added with FLatten-DeiT and FLatten-CSwin: one
+    training iteration and a test pass on the demo images (as classes)."""
+    runner, losses, metrics = run_recipe(config)
+    assert 'accuracy/top1' in metrics, sorted(metrics)
+
+
+@pytest.mark.slow
 def test_short_run_lowers_flatten_detector_loss(run_recipe):
     """Mask R-CNN with a small FLatten-PVT (narrow heads, as the README
     demo) from scratch: the last iterations' loss is below the first's."""

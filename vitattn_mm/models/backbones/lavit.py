@@ -586,9 +586,10 @@ class WindowAttentionResidual(BaseModule):
     def forward(self, logits: torch.Tensor, src_hw: Grid,
                 dst_hw: Grid) -> torch.Tensor:
         """``(B*nW_src, h_in, N, N)`` -> ``(B, h_out, N, N)``."""
-        # Integer arithmetic: stays symbolic when a graph is captured.
-        num_windows = math.prod(
-            (s + w - 1) // w for s, w in zip(src_hw, self.window_size))
+        # Integer arithmetic, no generator: stays symbolic in one graph when
+        # captured (ONNX, torch.compile).
+        (H, W), (wh, ww) = src_hw, self.window_size
+        num_windows = ((H + wh - 1) // wh) * ((W + ww - 1) // ww)
         _, h, N, _ = logits.shape
         x = logits.view(-1, num_windows, h, N, N).mean(dim=1)
         return self.layer_scale(self.head_proj(self.norm(x)))
