@@ -21,14 +21,12 @@ model = dict(
         init_cfg=dict(
             type='Pretrained', checkpoint='pretrain/swin_t_la_in1k.pth')))
 
-# As mmseg's Swin recipe, plus no decay on the attention residual's
-# LayerScale and the identity-initialised Less-Attention transforms.
+# Besides the base's keys (position embeddings, relative position bias,
+# norms): no decay on the attention residual's LayerScale or the
+# identity-initialised Less-Attention transforms.
 optim_wrapper = dict(
     paramwise_cfg=dict(
         custom_keys={
-            'absolute_pos_embed': dict(decay_mult=0.),
-            'relative_position_bias_table': dict(decay_mult=0.),
-            'norm': dict(decay_mult=0.),
             'layer_scale': dict(decay_mult=0.),
             'transform': dict(decay_mult=0.)
         }))
