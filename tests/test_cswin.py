@@ -2,6 +2,7 @@
 skeleton at any size, FLatten-CSwin's official checkpoint layout and its
 model sizes. The shared contract (shapes, freezing, checkpointing, state
 dicts) runs in tests/test_backbone_contract.py."""
+import re
 import runpy
 import sys
 
@@ -226,7 +227,27 @@ def _official_state_dict(embed_dims=16, depths=(1, 1, 2, 1),
         'head.weight': (1000, final),
         'head.bias': (1000, )
     })
-    return {k: torch.randn(shape) for k, shape in sd.items()}
+    return {k: _random_value(k, shape) for k, shape in sd.items()}
+
+
+def _random_value(name, shape):
+    """Random, at a trained model's scale so that activations stay O(1)
+    through the forward pass: weights ``N(0, 1/fan_in)``, LayerNorm weights
+    ``1 + N(0, 0.1^2)``, biases ``N(0, 0.1^2)``. The tensors the official
+    code initialises to zero (FLatten's ``positional_encoding`` and
+    ``scale``) are random too, so that they take part in the comparison."""
+    if name.endswith('positional_encoding'):
+        return torch.randn(shape) * 0.5
+    if name.endswith('attns.0.scale'):
+        return torch.randn(shape)
+    if len(shape) >= 2:
+        fan_in = 1
+        for size in shape[1:]:
+            fan_in *= size
+        return torch.randn(shape) * fan_in**-0.5
+    if re.search(r'(^|\.)(norm\d?|stage1_conv_embed\.2)\.weight$', name):
+        return 1 + torch.randn(shape) * 0.1
+    return torch.randn(shape) * 0.1
 
 
 @pytest.fixture(scope='module')
@@ -327,3 +348,202 @@ def test_converter_script(official_file, tmp_path, monkeypatch):
     x = torch.randn(1, 3, 64, 80)
     with torch.no_grad():
         assert torch.equal(backbone.eval()(x)[0], direct(x)[0])
+
+
+# ------------------------------------------- the official forward, restated
+#: FLatten-CSwin-T as released (LeapLabTHU/FLatten-Transformer,
+#: models/flatten_cswin.py, cfgs/flatten_cswin_t.yaml, config.py):
+#: ATTN_TYPE 'LLSS' (focused linear attention in stages 1-2, CSwin's LePE
+#: attention in 3-4), CSWIN_LA_SPLIT_SIZE '56-28-14-7' for the 'L' stages,
+#: split_size [1, 2, 7, 7] for the 'S' stages, focusing factor 3, dwc
+#: kernel 5, qkv_bias True, 224x224 input.
+OFFICIAL_T = dict(attn_type='LLSS', la_split_size=(56, 28, 14, 7),
+                  split_size=(1, 2, 7, 7), focusing_factor=3, kernel_size=5)
+
+
+def _img2windows(x, h_sp, w_sp):
+    """``(B, C, H, W)`` -> ``(B * windows, h_sp * w_sp, C)``: windows in
+    (batch, window row, window column) order, tokens row-major inside."""
+    B, C, H, W = x.shape
+    x = x.view(B, C, H // h_sp, h_sp, W // w_sp, w_sp)
+    return x.permute(0, 2, 4, 3, 5, 1).reshape(-1, h_sp * w_sp, C)
+
+
+def _windows2img(x, h_sp, w_sp, H, W):
+    """The inverse: ``(B * windows, h_sp * w_sp, C)`` -> ``(B, H*W, C)``."""
+    B = x.shape[0] * h_sp * w_sp // (H * W)
+    x = x.view(B, H // h_sp, W // w_sp, h_sp, w_sp, -1)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(B, H * W, -1)
+
+
+def _window_images(x, h_sp, w_sp, reso):
+    """``(B, L, C)`` tokens -> ``(B * windows, C, h_sp, w_sp)`` (the
+    official ``get_lepe`` layout, which the values and LePE use)."""
+    B, L, C = x.shape
+    x = x.transpose(1, 2).reshape(B, C, reso // h_sp, h_sp, reso // w_sp,
+                                  w_sp)
+    return x.permute(0, 2, 4, 1, 3, 5).reshape(-1, C, h_sp, w_sp)
+
+
+def _official_lepe_attention(sd, p, q, k, v, heads, reso, h_sp, w_sp):
+    """``LePEAttention.forward``: softmax attention of scaled q in every
+    (h_sp, w_sp) window, plus ``get_v`` (3x3 depthwise conv, zero-padded at
+    the window border) of the window's values."""
+    B, L, C = q.shape
+    d = C // heads
+    img = (lambda t: t.transpose(1, 2).reshape(B, C, reso, reso))
+    q, k = (_img2windows(img(t), h_sp, w_sp).reshape(-1, h_sp * w_sp,
+                                                     heads, d).transpose(1, 2)
+            for t in (q, k))
+    v = _window_images(v, h_sp, w_sp, reso)
+    lepe = F.conv2d(v, sd[p + 'get_v.weight'], sd[p + 'get_v.bias'],
+                    padding=1, groups=C)
+    lepe, v = (t.reshape(-1, heads, d, h_sp * w_sp).transpose(-2, -1)
+               for t in (lepe, v))
+    attn = ((q * d**-0.5) @ k.transpose(-2, -1)).softmax(dim=-1)
+    x = (attn @ v + lepe).transpose(1, 2).reshape(-1, h_sp * w_sp, C)
+    return _windows2img(x, h_sp, w_sp, reso, reso)
+
+
+def _official_focused_attention(sd, p, q, k, v, heads, reso, h_sp, w_sp,
+                                focusing_factor, kernel_size):
+    """``FocusedLinearAttention.forward`` of FLatten-CSwin: keys gain
+    ``positional_encoding``; q and k go through ReLU + 1e-6, divided by
+    softplus(``scale``), focused (``x**p`` rescaled to the norm of x, over
+    all C channels); per head ``q @ (k^T L^-0.5 @ v L^-0.5)`` divided by
+    ``q @ mean(k) + 1e-6``; plus ``dwc`` (one kernel_size depthwise conv per
+    head channel, shared by the heads) of v and ``get_v`` (3x3 depthwise
+    conv over all C channels, LePE) of v."""
+    B, L, C = q.shape
+    d = C // heads
+    # The official code reshapes the windows to (B, L, ...): it is only
+    # right when the window is the whole map, as in the released models
+    # (split 56 / 28 = the 224x224 model's stage-1 / 2 grids).
+    assert h_sp * w_sp == L
+    img = (lambda t: t.transpose(1, 2).reshape(B, C, reso, reso))
+    q, k = (_img2windows(img(t), h_sp, w_sp) for t in (q, k))
+    v = _window_images(v, h_sp, w_sp, reso)
+    lepe = F.conv2d(v, sd[p + 'get_v.weight'], sd[p + 'get_v.bias'],
+                    padding=1, groups=C).reshape(-1, C, L).transpose(1, 2)
+    v = v.reshape(-1, C, L).transpose(1, 2)
+
+    k = k + sd[p + 'positional_encoding']
+    scale = F.softplus(sd[p + 'scale'])
+
+    def kernel(t):
+        t = (F.relu(t) + 1e-6) / scale
+        norm = t.norm(dim=-1, keepdim=True)
+        t = t**focusing_factor
+        return t / t.norm(dim=-1, keepdim=True) * norm
+
+    q, k = kernel(q), kernel(k)
+    q, k, v = (t.reshape(B, L, heads, d).transpose(1, 2) for t in (q, k, v))
+    z = 1 / (q @ k.mean(dim=-2, keepdim=True).transpose(-2, -1) + 1e-6)
+    kv = (k.transpose(-2, -1) * L**-0.5) @ (v * L**-0.5)
+    x = ((q @ kv) * z).transpose(1, 2).reshape(B, L, C)
+    v = v.reshape(B * heads, h_sp, w_sp, d).permute(0, 3, 1, 2)
+    dwc = F.conv2d(v, sd[p + 'dwc.weight'], sd[p + 'dwc.bias'],
+                   padding=kernel_size // 2, groups=d)
+    x = x + dwc.reshape(B, C, L).transpose(1, 2) + lepe
+    return _windows2img(x, h_sp, w_sp, reso, reso)
+
+
+def _official_forward(sd, img, depths, num_heads, attn_type='LLSS',
+                      la_split_size=(56, 28, 14, 7), split_size=(1, 2, 7, 7),
+                      focusing_factor=3, kernel_size=5):
+    """``CSWinTransformer.forward`` of the official FLatten-CSwin, from its
+    state dict: stem (7x7 stride-4 conv, padding 2, LayerNorm), per stage
+    ``Merge_Block`` (3x3 stride-2 conv, padding 1, LayerNorm) and
+    ``CSWinBlock`` s (``x + proj(attn(qkv(norm1(x))))``, then
+    ``x + fc2(GELU(fc1(norm2(x))))``), the final ``norm``, the token mean
+    and ``head``. A block whose stripe equals its grid, or in the last
+    stage, has one branch over all heads; otherwise two half-width
+    branches with half the heads each: vertical stripes (reso x split) on
+    the first C/2 channels of q, k, v, horizontal ones (split x reso) on
+    the others. Returns the normed last-stage tokens and the logits."""
+
+    def ln(x, name):
+        return F.layer_norm(x, x.shape[-1:], sd[name + '.weight'],
+                            sd[name + '.bias'])
+
+    def conv(x, name, stride, padding):
+        return F.conv2d(x, sd[name + '.weight'], sd[name + '.bias'],
+                        stride=stride, padding=padding)
+
+    x = conv(img, 'stage1_conv_embed.0', 4, 2)
+    reso = x.shape[-1]
+    x = ln(x.flatten(2).transpose(1, 2), 'stage1_conv_embed.2')
+    num_stages = len(depths)
+    for i, depth in enumerate(depths):
+        if i > 0:
+            B, L, C = x.shape
+            x = conv(x.transpose(1, 2).reshape(B, C, reso, reso),
+                     f'merge{i}.conv', 2, 1)
+            reso = x.shape[-1]
+            x = ln(x.flatten(2).transpose(1, 2), f'merge{i}.norm')
+        linear = attn_type[i] == 'L'
+        split = la_split_size[i] if linear else split_size[i]
+        branches = 1 if split == reso or i == num_stages - 1 else 2
+        for j in range(depth):
+            p = f'stage{i + 1}.{j}.'
+            B, L, C = x.shape
+            qkv = F.linear(ln(x, p + 'norm1'), sd[p + 'qkv.weight'],
+                           sd[p + 'qkv.bias'])
+            q, k, v = qkv.reshape(B, L, 3, C).unbind(2)
+            width = C // branches
+            outs = []
+            for b in range(branches):
+                h_sp, w_sp = ((reso, reso) if branches == 1 else
+                              (reso, split) if b == 0 else (split, reso))
+                qb, kb, vb = (t[..., b * width:(b + 1) * width]
+                              for t in (q, k, v))
+                a = f'{p}attns.{b}.'
+                heads = num_heads[i] // branches
+                if linear:
+                    outs.append(_official_focused_attention(
+                        sd, a, qb, kb, vb, heads, reso, h_sp, w_sp,
+                        focusing_factor, kernel_size))
+                else:
+                    outs.append(_official_lepe_attention(
+                        sd, a, qb, kb, vb, heads, reso, h_sp, w_sp))
+            x = x + F.linear(torch.cat(outs, dim=-1), sd[p + 'proj.weight'],
+                             sd[p + 'proj.bias'])
+            h = F.gelu(F.linear(ln(x, p + 'norm2'), sd[p + 'mlp.fc1.weight'],
+                                sd[p + 'mlp.fc1.bias']))
+            x = x + F.linear(h, sd[p + 'mlp.fc2.weight'],
+                             sd[p + 'mlp.fc2.bias'])
+    x = ln(x, 'norm')
+    logits = F.linear(x.mean(dim=1), sd['head.weight'], sd['head.bias'])
+    return x, logits
+
+
+def test_official_forward_equals_ours(official_file):
+    """The official FLatten-CSwin-T forward (functionally restated above
+    from models/flatten_cswin.py) on the official-layout file, against our
+    backbone loaded from the same file through init_cfg: the normed last
+    stage and the classifier logits (mean + ``head``) agree. 224x224: the
+    official positional encodings and split sizes are for that size, and
+    the grids (56, 28, 14, 7) are the full model's."""
+    state, _, path = official_file
+    torch.manual_seed(1)
+    img = torch.randn(2, 3, 224, 224)
+    model = _load(path).eval()
+    with torch.no_grad():
+        tokens, logits = _official_forward(state, img, TINY['depths'],
+                                           TINY['num_heads'], **OFFICIAL_T)
+        out = model(img)[0]
+    assert out.shape == (2, 128, 7, 7)
+    ours = out.flatten(2).transpose(1, 2)
+    torch.testing.assert_close(ours, tokens, rtol=1e-5, atol=1e-5)
+    ours_logits = F.linear(ours.mean(dim=1), state['head.weight'],
+                           state['head.bias'])
+    torch.testing.assert_close(ours_logits, logits, rtol=1e-5, atol=1e-5)
+    # The parameters the official code initialises to zero matter here.
+    zeroed = dict(state)
+    for key in state:
+        if key.endswith(('positional_encoding', 'attns.0.scale')):
+            zeroed[key] = torch.zeros_like(state[key])
+    with torch.no_grad():
+        _, changed = _official_forward(zeroed, img, TINY['depths'],
+                                       TINY['num_heads'], **OFFICIAL_T)
+    assert (changed - logits).abs().max() > 1e-2
