@@ -695,12 +695,17 @@ class LessAttentionMixin(AuxLossBackbone):
         self.clear_aux_losses()
         outs, state = self.forward_stages(x)
         la_maps = state.get('la_maps')
-        if (la_maps and self.dp_loss_weight > 0 and self.training
-                and torch.is_grad_enabled()):
+        if la_maps:
             loss = sum(diagonality_preserving_loss(*m) for m in la_maps)
             self.add_aux_loss('loss_dp',
                               self.dp_loss_weight * loss / len(la_maps))
         return outs
+
+    def _wants_dp_loss(self) -> bool:
+        """Only a training pass with gradients keeps the LA maps (eval,
+        ``mode='tensor'``, FLOP counting and export keep nothing)."""
+        return (self.dp_loss_weight > 0 and self.training
+                and torch.is_grad_enabled())
 
     def forward_block(self, block: nn.Module, x: torch.Tensor,
                       hw_shape: Grid, state: dict, stage: int,
@@ -708,8 +713,9 @@ class LessAttentionMixin(AuxLossBackbone):
         attn = block.attn
         if isinstance(attn, LessAttention):
             x, logits = block(x, hw_shape, state['logits'])
-            state.setdefault('la_maps', []).append(
-                (logits, *attn.map_grids(hw_shape)))
+            if self._wants_dp_loss():
+                state.setdefault('la_maps', []).append(
+                    (logits, *attn.map_grids(hw_shape)))
         elif isinstance(attn, VanillaAttention):
             residual = None
             module = self.attention_residual(stage) if index == 0 else None
