@@ -230,3 +230,20 @@ def test_unknown_window_attention_lists_the_registered_ones():
     with pytest.raises(KeyError, match='MeanShiftAttention'):
         AttnSwinTransformer(TINY, attn_cfgs=dict(type='ShiftWindowMSA',
                                                  window_msa='NoSuchWindow'))
+
+
+def test_swin_token_stage_takes_one_attention_per_block():
+    """A list in a stage's ``attn_cfgs`` gives each block its own token
+    attention; a list of the wrong length names the stage and its depth."""
+    flatten = dict(type='FocusedLinearAttention')
+    linear = dict(type='LinearGlobalAttention')
+    model = AttnSwinTransformer(
+        arch=TINY, attn_cfgs=[None, None, [flatten, linear], None])
+    assert [type(b.attn).__name__ for b in model.stages[2].blocks] == [
+        'FocusedLinearAttention', 'LinearGlobalAttention'
+    ]
+    assert model(torch.randn(1, 3, 64, 96))[2].shape == (1, 64, 4, 6)
+    with pytest.raises(ValueError, match='stage 2 lists 1 blocks; the '
+                       'stage has 2'):
+        AttnSwinTransformer(arch=TINY, attn_cfgs=[None, None, [flatten],
+                                                  None])

@@ -366,20 +366,26 @@ class _WindowLayout:
 
     def to_windows(self, x: torch.Tensor, hw_shape: Grid):
         """``(B, H*W, C)`` -> windows ``(B*nW, wh*ww, C)``, their layout and
-        the shift mask ``(B*nW, 1, N, N)`` (None without shift)."""
-        B = x.shape[0]
+        the shift mask ``(nW, N, N)`` (None without shift)."""
         x, padded = pad_to_multiple(x, hw_shape, self.window_size)
-        shift = (0, 0)
+        shift, mask = (0, 0), None
         if self.shift:
             shift = tuple(w // 2 for w in self.window_size)
             x = torch.roll(x, (-shift[0], -shift[1]), dims=(1, 2))
-        mask = None
-        if shift != (0, 0):
             mask = shifted_window_mask(padded, self.window_size, shift,
                                        x.device).to(x.dtype)
-            mask = mask.repeat(B, 1, 1).unsqueeze(1)
         return (window_partition(x, self.window_size), (padded, shift),
                 mask)
+
+    @staticmethod
+    def window_softmax(logits: torch.Tensor,
+                       mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """Softmax of ``(B*nW, heads, N, N)`` logits with the shift mask
+        ``(nW, N, N)`` added to every image's windows."""
+        if mask is not None:
+            logits = (logits.unflatten(0, (-1, mask.shape[0])) +
+                      mask[:, None]).flatten(0, 1)
+        return logits.softmax(dim=-1)
 
     def from_windows(self, windows: torch.Tensor, layout, hw_shape: Grid):
         padded, shift = layout
@@ -387,6 +393,10 @@ class _WindowLayout:
         if shift != (0, 0):
             x = torch.roll(x, shift, dims=(1, 2))
         return crop_tokens(x, hw_shape)
+
+    def extra_repr(self) -> str:
+        return (f'{super().extra_repr()}, window_size={self.window_size}, '
+                f'shift={self.shift}')
 
 
 @ATTENTIONS.register_module()
@@ -431,18 +441,13 @@ class WindowVanillaAttention(_WindowLayout, VanillaAttention):
         k, v = map(self.split_heads, self.kv(windows).chunk(2, dim=-1))
         logits = (q * self.scale) @ k.transpose(-2, -1)
         logits = logits + self.relative_position_bias().to(logits.dtype)
-        if bias is not None:
-            nW_h_n_n = logits.shape[1:]
-            logits = (logits.view(bias.shape[0], -1, *nW_h_n_n) +
+        if bias is not None:  # one map per image, added to its windows
+            logits = (logits.unflatten(0, (bias.shape[0], -1)) +
                       bias.unsqueeze(1).to(logits.dtype)).flatten(0, 1)
-        masked = logits if mask is None else logits + mask
-        out = self.output(masked.softmax(dim=-1).to(v.dtype) @ v)
+        out = self.output(
+            self.window_softmax(logits, mask).to(v.dtype) @ v)
         return (self.from_windows(out, layout, hw_shape),
                 logits if self.keep_logits else None)
-
-    def extra_repr(self) -> str:
-        return (f'{super().extra_repr()}, window_size={self.window_size}, '
-                f'shift={self.shift}')
 
 
 @ATTENTIONS.register_module()
@@ -492,13 +497,9 @@ class WindowLessAttention(_WindowLayout, LessAttention):
         v = self.split_heads(self.v(windows))
         logits = self.transform(prev_logits, self.window_size,
                                 self.window_size)
-        masked = logits if mask is None else logits + mask
-        out = self.output(masked.softmax(dim=-1).to(v.dtype) @ v)
+        out = self.output(
+            self.window_softmax(logits, mask).to(v.dtype) @ v)
         return self.from_windows(out, layout, hw_shape), logits
-
-    def extra_repr(self) -> str:
-        return (f'{super().extra_repr()}, window_size={self.window_size}, '
-                f'shift={self.shift}')
 
 
 class AttentionResidual(BaseModule):
@@ -937,7 +938,6 @@ class LessAttnViT(LessAttentionMixin, AttnViT):
             attn_cfgs=layers,
             pretrain_img_size=pretrain_img_size,
             **kwargs)
-        self.la_start = la_start if less_attention else 0
         self.dp_loss_weight = dp_loss_weight
 
 
@@ -1033,7 +1033,6 @@ class LessAttnSwinTransformer(LessAttentionMixin, AttnSwinTransformer):
         super().__init__(
             arch=settings, attn_cfgs=layers, window_size=window_size,
             **kwargs)
-        self.la_start = tuple(la_start)
         self.dp_loss_weight = dp_loss_weight
         if attn_residual:
             for i in range(1, len(depths)):

@@ -23,7 +23,8 @@ from ..layers import (ResizablePosEmbed, StateDict, TransformerBlock,
                       VitAttnBackbone, build_attention, freeze_module,
                       grid_after_stride, init_linear_and_norm,
                       linear_drop_path_rates, migrate_conv1x1_ffn,
-                      per_stage_attention, to_2tuple_int)
+                      per_block_attention, per_stage_attention,
+                      to_2tuple_int)
 
 #: Heads and MLP ratios shared by every PVT / PVTv2 variant; widths of all
 #: but PVTv2-b0.
@@ -107,13 +108,9 @@ class AttnPVT(VitAttnBackbone):
         if len(sr_ratios) != num_stages:
             raise ValueError('sr_ratios needs one entry per stage')
         attn_cfgs = [
-            [cfg] * depth if isinstance(cfg, dict) else cfg
-            for cfg, depth in zip(per_stage_attention(attn_cfgs, num_stages),
-                                  depths)
+            per_block_attention(cfg, depth, i) for i, (cfg, depth) in
+            enumerate(zip(per_stage_attention(attn_cfgs, num_stages), depths))
         ]
-        if any(len(cfgs) != depth for cfgs, depth in zip(attn_cfgs, depths)):
-            raise ValueError('a per-block list in attn_cfgs needs one entry '
-                             'per block of its stage')
         if self.norm_after_stage and not out_norm:
             raise ValueError(f'{type(self).__name__} normalises every stage '
                              'on its main path; out_norm=False is not '

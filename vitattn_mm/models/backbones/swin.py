@@ -30,7 +30,8 @@ from ..layers import (LinspaceOnCPU, StateDict, TransformerBlock,
                       VitAttnBackbone, attention_class, build_attention,
                       freeze_module, grid_after_stride, init_linear_and_norm,
                       linear_drop_path_rates, migrate_conv1x1_ffn,
-                      per_stage_attention, to_2tuple_int)
+                      per_block_attention, per_stage_attention,
+                      to_2tuple_int)
 
 ATTENTIONS.register_module(name='WindowMSA', module=WindowMSA)
 
@@ -206,12 +207,7 @@ class AttnSwinTransformer(VitAttnBackbone, SwinTransformer):
                 continue
             dims = self.embed_dims * 2**i
             first = sum(self.depths[:i])
-            depth = self.depths[i]
-            block_cfgs = cfg if isinstance(cfg, list) else [cfg] * depth
-            if len(block_cfgs) != depth:
-                raise ValueError(f'attn_cfgs of stage {i} lists '
-                                 f'{len(block_cfgs)} blocks; the stage has '
-                                 f'{depth}')
+            block_cfgs = per_block_attention(cfg, self.depths[i], i)
             self.stages[i].blocks = ModuleList([
                 TransformerBlock(
                     dims,

@@ -2,7 +2,8 @@ from .attention import QueryAttention, split_heads
 from .base_backbone import (VitAttnBackbone, freeze_module, init_linear_and_norm,
                             linear_drop_path_rates)
 from .blocks import (TransformerBlock, attention_class, build_attention,
-                     migrate_conv1x1_ffn, per_stage_attention)
+                     migrate_conv1x1_ffn, per_block_attention,
+                     per_stage_attention)
 from .common import LinspaceOnCPU, check_heads, grid_after_stride
 from .graph_capture import (CornerPadding, is_capturing, padded_size,
                             use_traceable_padding)
@@ -19,7 +20,7 @@ __all__ = [
     'QueryAttention', 'split_heads', 'VitAttnBackbone', 'freeze_module',
     'init_linear_and_norm', 'linear_drop_path_rates', 'TransformerBlock',
     'attention_class', 'build_attention', 'migrate_conv1x1_ffn',
-    'per_stage_attention',
+    'per_block_attention', 'per_stage_attention',
     'LinspaceOnCPU', 'check_heads', 'grid_after_stride', 'CornerPadding',
     'is_capturing', 'padded_size', 'use_traceable_padding',
     'PixelNormPatchEmbed', 'ResizablePosEmbed', 'resize_pos_embed',

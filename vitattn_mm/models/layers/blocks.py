@@ -52,6 +52,17 @@ def per_stage_attention(cfgs: Union[None, dict, Sequence],
     return resolved
 
 
+def per_block_attention(cfg: Union[dict, list], depth: int,
+                        stage: int) -> list:
+    """One stage's attention config (a dict, or a list per block) as one
+    config per block."""
+    cfgs = [cfg] * depth if isinstance(cfg, dict) else list(cfg)
+    if len(cfgs) != depth:
+        raise ValueError(f'attn_cfgs of stage {stage} lists {len(cfgs)} '
+                         f'blocks; the stage has {depth}')
+    return cfgs
+
+
 def build_attention(cfg: dict,
                     context: Optional[dict] = None,
                     **defaults) -> nn.Module:
