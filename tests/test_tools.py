@@ -109,7 +109,7 @@ def test_train_py_amp_on_cpu_uses_bf16_autocast(demo_data, tmp_path):
     assert re.search(r'Iter\(train\) \[1/1\].*loss: \d', log)
 
 
-def test_dist_train_two_gloo_processes(demo_data, tmp_path):
+def test_dist_train_and_test_two_gloo_processes(demo_data, tmp_path):
     env = dict(PYTHON=sys.executable, PORT=str(free_port()))
     result = run('bash', 'tools/dist_train.sh', DEMO_CONFIG, '2', '--demo',
                  demo_data, '--demo-iters', '2', '--work-dir', str(tmp_path),
@@ -120,6 +120,16 @@ def test_dist_train_two_gloo_processes(demo_data, tmp_path):
     assert osp.isfile(tmp_path / 'iter_2.pth')
     # rank 0 gathered both ranks' predictions for the COCO evaluation
     assert re.search(r'coco/bbox_mAP: \d\.\d+', log)
+    assert 'terminate called' not in log and 'exitcode: -6' not in log
+
+    env['PORT'] = str(free_port())
+    result = run('bash', 'tools/dist_test.sh', DEMO_CONFIG,
+                 str(tmp_path / 'iter_2.pth'), '2', '--demo', demo_data,
+                 '--work-dir', str(tmp_path / 'test'), '--cfg-options',
+                 'test_dataloader.dataset.indices=4', env=env)
+    log = result.stdout + result.stderr
+    assert re.search(r'coco/segm_mAP: \d\.\d+', log)
+    assert 'terminate called' not in log and 'exitcode: -6' not in log
 
 
 def test_segmentation_train_and_test_through_tools(demo_data, tmp_path):

@@ -18,7 +18,7 @@ import vitattn_mm  # noqa: F401  (registers models, safe checkpoint loading)
 from vitattn_mm.utils import adapt_to_device, setup_launcher, task_of
 from vitattn_mm.utils.compile import (add_compile_backbone_hook,
                                       compile_test_step)
-from vitattn_mm.utils.runtime import load_tool_config
+from vitattn_mm.utils.runtime import ends_process_group, load_tool_config
 
 
 def parse_args():
@@ -140,6 +140,7 @@ def add_dump_metric(runner: Runner, task: str, out: str) -> None:
     runner.test_evaluator.metrics.append(DumpResults(out_file_path=out))
 
 
+@ends_process_group
 def main():
     args = parse_args()
     cfg = load_tool_config(args.config, args.work_dir, args.cfg_options,

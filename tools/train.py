@@ -20,7 +20,7 @@ from mmengine.runner import Runner
 import vitattn_mm  # noqa: F401  (registers models, safe checkpoint loading)
 from vitattn_mm.utils import adapt_to_device, enable_amp, setup_launcher
 from vitattn_mm.utils.compile import add_compile_backbone_hook
-from vitattn_mm.utils.runtime import load_tool_config
+from vitattn_mm.utils.runtime import ends_process_group, load_tool_config
 
 
 def parse_args():
@@ -102,6 +102,7 @@ def build_config(args) -> Config:
     return cfg
 
 
+@ends_process_group
 def main():
     args = parse_args()
     cfg = build_config(args)

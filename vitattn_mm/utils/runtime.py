@@ -1,8 +1,11 @@
-"""What the command-line tools share: task detection and CPU-capable
-launching (the stock mmengine path assumes CUDA in several places)."""
+"""What the command-line tools share: task detection, CPU-capable
+launching (the stock mmengine path assumes CUDA in several places) and a
+clean end of every distributed run."""
+import functools
 import os
 import os.path as osp
-from typing import Any, Optional
+import threading
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -168,3 +171,65 @@ def load_tool_config(path: str,
                                 osp.splitext(osp.basename(path))[0])
     add_checkpoint_check(cfg)
     return cfg
+
+
+#: How long a rank that failed waits for its process group to shut down
+#: before it leaves the rest to the process exit (seconds).
+ERROR_TEARDOWN_TIMEOUT = 5.
+
+
+def end_process_group(after_error: bool = False) -> None:
+    """Shut down the default process group, if one is running.
+
+    After a successful run every rank meets at a barrier first, so no rank
+    closes its connections while another still has collective work in
+    flight, then destroys the group, as torch asks of every program before
+    it exits. Without it gloo's worker threads outlive the group and a rank
+    can die with ``terminate called without an active exception``
+    (SIGABRT) after the job's work is done.
+
+    After an error the other ranks may never reach a barrier, and shutting
+    down with work still pending can block: the group is destroyed without
+    one, for at most :data:`ERROR_TEARDOWN_TIMEOUT` seconds, so the failing
+    rank still exits at once with its error (torchrun and ``srun
+    --kill-on-bad-exit`` then end the others).
+
+    Args:
+        after_error (bool): The run failed on this rank. Default: False.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if not after_error:
+        dist.barrier()
+        dist.destroy_process_group()
+        return
+    teardown = threading.Thread(target=_destroy_quietly, daemon=True)
+    teardown.start()
+    teardown.join(ERROR_TEARDOWN_TIMEOUT)
+
+
+def _destroy_quietly() -> None:
+    try:
+        dist.destroy_process_group()
+    except Exception:  # the run's own error is the one to report
+        pass
+
+
+def ends_process_group(main: Callable) -> Callable:
+    """Decorate a tool's ``main``: whatever it starts (mmengine's launcher,
+    :func:`setup_launcher`), the default process group ends with it, on
+    success and on error (:func:`end_process_group`). The one place every
+    entry point that can run distributed shares."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            result = main(*args, **kwargs)
+        except BaseException:
+            end_process_group(after_error=True)
+            raise
+        end_process_group()
+        return result
+
+    wrapper.ends_process_group = True
+    return wrapper
