@@ -1,9 +1,10 @@
-"""The contract every backbone keeps, for every (skeleton, attention) pair.
+"""The contract every backbone and every attention keeps: the only copy.
 
-One parametrised suite instead of per-family copies: each registered
-attention in each skeleton it fits, and each family's registered backbone,
-at small widths. A new attention registered without a place here fails
-:func:`test_every_registered_attention_is_in_the_contract`.
+Driven by the registries: every registered backbone (at its tiny arch from
+``tests/tiny_backbones.py``), and every registered attention in every
+skeleton, placed by the attention's own ``layer_plan``. A new attention
+needs no edit here. Family test files keep their numerics and
+official-equivalence tests only.
 """
 import math
 
@@ -11,151 +12,167 @@ import pytest
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from tiny_backbones import (SKELETONS, build_tiny, registered_backbones,
+                            skeleton_of, tiny_kwargs)
+from vitattn_mm.models import backbones
 from vitattn_mm.models.backbones import (AttnCSwinTransformer, AttnPVT,
                                          AttnPVTv2, AttnSwinTransformer,
-                                         AttnViT, FLattenCSwinTransformer,
-                                         FLattenDeiT, FLattenPVT, FLattenPVTv2,
-                                         FLattenSwinTransformer, L2ViT, LaViT,
-                                         LessAttnSwinTransformer, LessAttnViT,
-                                         MSFSwinTransformer, MSFViT)
+                                         AttnViT, L2ViT)
+from vitattn_mm.models.layers import accepts
 from vitattn_mm.registry import ATTENTIONS
 
-SWIN = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 2, 2, 4])
-PVT = dict(embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
-           num_heads=[1, 1, 2, 2], mlp_ratios=[2, 2, 2, 2])
-VIT = dict(embed_dims=32, depth=3, num_heads=2)
-#: Even heads: CSwin splits them between horizontal and vertical stripes.
-CSWIN = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4])
-L2 = dict(embed_dims=[16, 32, 32, 64], depths=[2, 2, 2, 2],
-          num_heads=[1, 1, 2, 2])
-LA = dict(embed_dims=[16, 32, 32, 64], depths=[1, 2, 3, 2],
-          num_heads=[1, 1, 2, 2], mlp_ratios=[2, 2, 2, 2],
-          la_start=[0, 2, 2, 2])
-
-#: Token attentions (``forward(x, hw_shape)``) and their extra arguments.
-TOKEN_ATTENTIONS = {
-    'FocusedLinearAttention': {},
-    'MeanShiftAttention': {},
-    'LinearGlobalAttention': {},
-    # The other skeletons' small archs have single-head stages, which
-    # stripes cannot split: the whole-map variant there, the stripes in
-    # the CSwin skeleton's own cases.
-    'CrossShapedWindowAttention': dict(split_size=None),
-}
-#: Window attentions, run by Swin's ShiftWindowMSA.
-WINDOW_ATTENTIONS = ('WindowMSA', 'MeanShiftAttention', 'LocalWindowAttention')
-#: Attentions that pass state between layers: run by the Less-Attention
-#: backbones (LaViT on PVT, LessAttnViT, LessAttnSwinTransformer).
-STATEFUL_ATTENTIONS = ('VanillaAttention', 'LessAttention',
-                       'WindowVanillaAttention', 'WindowLessAttention')
+#: Every registered attention class once (aliases share a class).
+ATTENTION_CLASSES = sorted({cls for cls in ATTENTIONS.module_dict.values()},
+                           key=lambda cls: cls.__name__)
 
 
-def _token(name):
-    return dict(type=name, **TOKEN_ATTENTIONS[name])
+def _in_skeleton(skeleton: type, attention: type) -> dict:
+    """Tiny ``skeleton`` with ``attention`` in every block."""
+    kwargs = dict(SKELETONS[skeleton])
+    arch = kwargs['arch']
+    depths = arch.get('depths') or [1] * arch['depth']
+    kwargs['attn_cfgs'] = attention.layer_plan(depths)
+    if issubclass(skeleton, AttnPVT) and not accepts(attention, 'sr_ratio'):
+        kwargs['sr_ratios'] = (1, 1, 1, 1)
+    return kwargs
 
 
 CASES = {
-    # Swin skeleton: every window attention, every token attention.
-    **{f'swin/{name}': (AttnSwinTransformer, dict(
-        arch=SWIN, attn_cfgs=dict(type='ShiftWindowMSA', window_msa=name)))
-       for name in WINDOW_ATTENTIONS},
-    **{f'swin/{name}': (AttnSwinTransformer, dict(
-        arch=SWIN, attn_cfgs=[_token(name)] * 2 + [None] * 2))
-       for name in TOKEN_ATTENTIONS},
-    # PVT / PVTv2 and ViT skeletons: every token attention.
-    **{f'pvt/{name}': (AttnPVT, dict(arch=PVT, attn_cfgs=_token(name)))
-       for name in TOKEN_ATTENTIONS},
-    **{f'pvtv2/{name}': (AttnPVTv2, dict(arch=PVT, attn_cfgs=_token(name)))
-       for name in TOKEN_ATTENTIONS},
-    **{f'vit/{name}': (AttnViT, dict(arch=VIT, attn_cfgs=_token(name),
-                                     out_indices=(0, 1, 2)))
-       for name in TOKEN_ATTENTIONS},
-    # CSwin skeleton: its own cross-shaped windows (the default), and every
-    # other token attention in its first two stages.
-    'AttnCSwinTransformer': (AttnCSwinTransformer, dict(arch=CSWIN)),
-    **{f'cswin/{name}': (AttnCSwinTransformer, dict(
-        arch=CSWIN, attn_cfgs=[_token(name)] * 2 + [None] * 2))
-       for name in TOKEN_ATTENTIONS if name != 'CrossShapedWindowAttention'},
-    # The families' registered backbones.
-    'FLattenSwinTransformer': (FLattenSwinTransformer, dict(arch=SWIN)),
-    'FLattenPVT': (FLattenPVT, dict(arch=PVT)),
-    'FLattenPVTv2': (FLattenPVTv2, dict(arch=PVT)),
-    'FLattenCSwinTransformer': (FLattenCSwinTransformer, dict(arch=CSWIN)),
-    'FLattenDeiT': (FLattenDeiT, dict(arch=VIT, out_indices=(0, 1, 2))),
-    'MSFSwinTransformer': (MSFSwinTransformer, dict(arch=SWIN, groups=2)),
-    'MSFViT': (MSFViT, dict(arch=VIT, out_indices=(0, 1, 2))),
-    'L2ViT': (L2ViT, dict(arch=L2)),
-    'LaViT': (LaViT, dict(arch=LA)),
-    'LessAttnViT': (LessAttnViT, dict(arch=dict(VIT, la_start=2),
-                                      out_indices=(0, 1, 2))),
-    'LessAttnSwinTransformer': (LessAttnSwinTransformer, dict(
-        arch=dict(SWIN, depths=[1, 2, 3, 2], la_start=[0, 2, 3, 2]))),
+    **{name: (getattr(backbones, name), tiny_kwargs(name))
+       for name in registered_backbones()},
+    **{f'{skeleton.__name__}/{attention.__name__}': (
+        skeleton, _in_skeleton(skeleton, attention))
+       for skeleton in SKELETONS for attention in ATTENTION_CLASSES},
+    # Shifted Swin windows around every attention that takes their mask.
+    **{f'swin-windows/{attention.__name__}': (AttnSwinTransformer, dict(
+        SKELETONS[AttnSwinTransformer],
+        attn_cfgs=dict(type='WindowedAttention',
+                       window_msa=attention.__name__)))
+       for attention in ATTENTION_CLASSES
+       if attention.takes_mask and not attention.stateful},
 }
 
 
-def _build(name, **kwargs):
-    cls, base = CASES[name]
+def _build(name, **overrides):
+    cls, kwargs = CASES[name]
     torch.manual_seed(0)
-    return cls(**{**base, **kwargs})
+    return cls(**{**kwargs, **overrides})
 
 
-def _num_stages(model):
-    return len(model.blocks) if hasattr(model, 'blocks') else len(
-        model.stages)
-
-
-def _stage_modules(model, i):
-    """What ``frozen_stages >= i`` must freeze of stage ``i``."""
-    if hasattr(model, 'blocks'):  # ViT: a stage is a block
-        return [model.blocks[i]]
-    modules = [model.stages[i]]
-    if hasattr(model, 'downsample_layers'):  # L2ViT: its stem / merging
-        modules.append(model.downsample_layers[i])
-    return modules
+def _grid(model, hw, stage):
+    """Stage ``stage``'s token grid for an ``hw`` input, from the layout the
+    skeletons document (not from the code under test)."""
+    if isinstance(model, AttnViT):
+        return tuple(math.ceil(s / 16) for s in hw)
+    grid = hw
+    for i in range(stage + 1):
+        stride = 4 if i == 0 else 2
+        # mmdet's PVT drops partial patches; every other layout pads them.
+        floor = isinstance(model, AttnPVT) and not isinstance(
+            model, AttnPVTv2) and type(model).__name__ == 'AttnPVT'
+        grid = tuple(s // stride if floor else math.ceil(s / stride)
+                     for s in grid)
+    return grid
 
 
 def _widths(model):
-    return model.num_features if hasattr(model, 'num_features') else (
-        [model.embed_dims] * len(model.out_indices)
-        if isinstance(model.embed_dims, int) else model.embed_dims)
+    return model.num_features
 
 
-def _expected_shapes(model, hw):
-    if hasattr(model, 'blocks'):
-        patch = model.min_input_size
-        grid = [math.ceil(s / patch) for s in hw]
-        return [(1, model.embed_dims, *grid)] * len(model.out_indices)
-    shapes = []
-    for i, width in enumerate(_widths(model)):
-        stride = 4 * 2**i
-        if i in model.out_indices:
-            shapes.append(
-                (1, width, *(math.ceil(s / stride) for s in hw)))
-    return shapes
-
-
-def test_every_registered_attention_is_in_the_contract():
-    covered = (set(TOKEN_ATTENTIONS) | set(WINDOW_ATTENTIONS)
-               | set(STATEFUL_ATTENTIONS))
-    assert set(ATTENTIONS.module_dict) == covered
+def test_every_registered_backbone_has_a_tiny_arch():
+    for name in registered_backbones():
+        assert skeleton_of(getattr(backbones, name)) in SKELETONS
+        build_tiny(name)
 
 
 @pytest.mark.parametrize('name', list(CASES))
-def test_any_size_above_the_minimum_and_a_clear_error_below(name):
-    model = _build(name).eval()
+def test_any_size_round_trip_and_checkpointing(name):
+    """Output shapes at the minimum and odd sizes, a clear error below it;
+    a strict state-dict round trip computes the same; gradient
+    checkpointing changes no gradient; a stateful attention's auxiliary
+    loss reaches the task model in training only."""
+    model = _build(name, drop_path_rate=0.).eval()
     low = model.min_input_size
     for hw in ((low, low), (71, 90), (low + 1, 3 * low - 1)):
         with torch.no_grad():
             outs = model(torch.randn(1, 3, *hw))
-        assert [tuple(o.shape) for o in outs] == _expected_shapes(model, hw)
+        expected = [(1, _widths(model)[i], *_grid(model, hw, i))
+                    for i in model.out_indices]
+        assert [tuple(o.shape) for o in outs] == expected, hw
         assert all(torch.isfinite(o).all() for o in outs)
     with pytest.raises(ValueError, match=f'at least {low}x{low}'):
         model(torch.randn(1, 3, low - 1, 2 * low))
 
+    torch.manual_seed(1)
+    other = _build(name, drop_path_rate=0.).eval()
+    other.load_state_dict(model.state_dict(), strict=True)
+    x = torch.randn(2, 3, 50, 70)
+    with torch.no_grad():
+        for a, b in zip(model(x), other(x)):
+            assert torch.equal(a, b)
+    assert model.pop_aux_losses() == {}
 
-@pytest.mark.parametrize('name', list(CASES))
+    ckpt = _build(name, drop_path_rate=0., with_cp=True)
+    ckpt.load_state_dict(model.state_dict())
+    grads, losses = [], []
+    for m in (model.train(), ckpt.train()):
+        sum(o.square().mean() for o in m(x)).backward()
+        grads.append({k: p.grad for k, p in m.named_parameters()})
+        losses.append(m.pop_aux_losses())
+    for key, grad in grads[0].items():
+        assert (grad is None) == (grads[1][key] is None), key
+        if grad is not None:
+            torch.testing.assert_close(grad, grads[1][key], atol=1e-6,
+                                       rtol=1e-5)
+    assert losses[0].keys() == losses[1].keys()
+    stateful_la = any(type(m).__name__ == 'LessAttention'
+                      and m.dp_loss_weight > 0 for m in model.modules())
+    assert ('loss_dp' in losses[0]) == stateful_la
+    for key in losses[0]:
+        torch.testing.assert_close(losses[0][key], losses[1][key])
+
+
+def _stem_prefixes(model) -> tuple:
+    """What ``frozen_stages >= 0`` freezes besides stages, by layout."""
+    if isinstance(model, (AttnSwinTransformer, AttnViT)):
+        return ('patch_embed.', 'absolute_pos_embed', 'pos_embed.',
+                'cls_token', 'pre_norm.')
+    return ('stages.0.patch_embed.', )
+
+
+@pytest.mark.parametrize('name', registered_backbones())
+def test_frozen_stages_norm_eval_and_train(name):
+    """``frozen_stages=k`` freezes the stem and stages ``0..k-1`` with their
+    output norms (mmdet's count; a plain ViT freezes nothing at 0, as
+    mmpretrain's), ``k = num_stages`` everything; ``norm_eval`` keeps
+    BatchNorm in eval mode; ``train()`` returns the module."""
+    num_stages = _build(name).num_stages
+    for k in range(-1, num_stages + 1):
+        model = _build(name, frozen_stages=k, norm_eval=True)
+        assert model.train() is model
+        frozen = {n for n, p in model.named_parameters()
+                  if not p.requires_grad}
+        expected = set()
+        for n, _ in model.named_parameters():
+            stage = next((i for i in range(k)
+                          if n.startswith((f'stages.{i}.', f'norm{i}.'))),
+                         None)
+            stem = n.startswith(_stem_prefixes(model)) and (
+                k > 0 or (k == 0 and not isinstance(model, AttnViT)))
+            final = k == num_stages
+            if stage is not None or stem or final:
+                expected.add(n)
+        assert frozen == expected, (k, sorted(frozen ^ expected)[:6])
+        assert all(not model.stages[i].training for i in range(max(k, 0)))
+        assert all(not m.training for m in model.modules()
+                   if isinstance(m, _BatchNorm))
+    with pytest.raises(ValueError, match='frozen_stages'):
+        _build(name, frozen_stages=num_stages + 1)
+
+
+@pytest.mark.parametrize('name', registered_backbones())
 def test_out_indices_select_outputs_and_their_norms(name):
-    last = _num_stages(_build(name)) - 1
+    last = _build(name).num_stages - 1
     model = _build(name, out_indices=(1, -1)).eval()
     assert model.out_indices == (1, last)
     with torch.no_grad():
@@ -164,52 +181,65 @@ def test_out_indices_select_outputs_and_their_norms(name):
     norms = {n.split('.')[0] for n, _ in model.named_parameters()
              if n.startswith('norm') and n[4].isdigit()}
     assert norms <= {'norm1', f'norm{last}'}
+    with pytest.raises(ValueError, match='out_indices'):
+        _build(name, out_indices=(last + 1, ))
+    with pytest.raises(TypeError, match='out_indices'):
+        _build(name, out_indices='last')
 
 
-@pytest.mark.parametrize('name', list(CASES))
-def test_frozen_stages_train_and_norm_eval(name):
-    model = _build(name, frozen_stages=1, norm_eval=True)
-    assert model.train() is model
-    for i in (0, 1):
-        for module in _stage_modules(model, i):
-            assert not module.training
-            assert not any(p.requires_grad for p in module.parameters())
-    for module in _stage_modules(model, 2):
-        assert all(p.requires_grad for p in module.parameters())
-    assert all(not m.training for m in model.modules()
-               if isinstance(m, _BatchNorm))
-    assert model.eval() is model
+@pytest.mark.parametrize('name', registered_backbones())
+def test_bad_arguments_raise_naming_them(name):
+    with pytest.raises(KeyError, match='Valid arch names'):
+        _build(name, arch='no-such-arch')
+    with pytest.raises(TypeError, match='frozen_stages'):
+        _build(name, frozen_stages=1.5)
+    with pytest.raises(TypeError, match='with_cp'):
+        _build(name, with_cp='yes')
+    with pytest.raises(TypeError, match='pretrained must be a str'):
+        _build(name, pretrained=123)
 
 
-@pytest.mark.parametrize('name', list(CASES))
-def test_gradient_checkpointing_changes_nothing(name):
-    plain = _build(name, drop_path_rate=0.).train()
-    ckpt = _build(name, drop_path_rate=0., with_cp=True).train()
-    ckpt.load_state_dict(plain.state_dict())
-    x = torch.randn(2, 3, 64, 72)
-    for model in (plain, ckpt):
-        for o in model(x):
-            o.square().mean().backward(retain_graph=True)
-    for (key, a), b in zip(plain.named_parameters(), ckpt.parameters()):
-        assert (a.grad is None) == (b.grad is None), key
-        if a.grad is not None:
-            torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5)
-
-
-@pytest.mark.parametrize('name', list(CASES))
-def test_state_dict_round_trip(name):
-    model = _build(name).eval()
-    torch.manual_seed(1)
-    other = type(model)(**CASES[name][1]).eval()
-    other.load_state_dict(model.state_dict(), strict=True)
-    x = torch.randn(1, 3, 50, 70)
+@pytest.mark.parametrize('attention', ATTENTION_CLASSES,
+                         ids=lambda cls: cls.__name__)
+def test_class_token_needs_a_grid_free_attention(attention):
+    """A ViT with a class token runs every grid-free attention (the class
+    token is one more token) and refuses the others by name."""
+    kwargs = dict(_in_skeleton(AttnViT, attention), with_cls_token=True,
+                  out_type='cls_token')
+    try:
+        model = AttnViT(**kwargs).eval()
+    except ValueError as error:
+        assert 'with_cls_token' in str(error)
+        plain = AttnViT(**_in_skeleton(AttnViT, attention))
+        assert not all(s.blocks[0].attn.grid_free for s in plain.stages)
+        return
+    blocks = [s.blocks[0].attn for s in model.stages]
+    assert all(b.grid_free for b in blocks)
     with torch.no_grad():
-        for a, b in zip(model(x), other(x)):
-            assert torch.equal(a, b)
+        out = model(torch.randn(2, 3, 45, 61))
+    assert [tuple(o.shape) for o in out] == [(2, 32)] * 3
+
+
+@pytest.mark.parametrize('name', [
+    n for n in registered_backbones()
+    if skeleton_of(getattr(backbones, n)) is AttnViT
+])
+def test_vit_backbones_take_a_class_token_or_refuse_it_by_name(name):
+    """As mmseg's ViT configs ask (``with_cls_token=True``), whatever the
+    family's position embedding."""
+    try:
+        model = _build(name, with_cls_token=True, out_type='cls_token')
+    except ValueError as error:
+        assert 'with_cls_token' in str(error)
+        return
+    with torch.no_grad():
+        out = model.eval()(torch.randn(2, 3, 45, 61))
+    assert [tuple(o.shape) for o in out] == \
+        [(2, model.embed_dims)] * len(model.out_indices)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('name', list(CASES))
+@pytest.mark.parametrize('name', registered_backbones())
 def test_bf16_autocast_at_detection_resolution_is_finite(name):
     model = _build(name).train()
     x = torch.randn(1, 3, 512, 640) * 100
@@ -219,3 +249,9 @@ def test_bf16_autocast_at_detection_resolution_is_finite(name):
     assert all(torch.isfinite(o.float()).all() for o in outs)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters()
                if p.grad is not None)
+
+
+def test_every_skeleton_is_in_the_catalogue():
+    skeletons = {AttnSwinTransformer, AttnPVT, AttnPVTv2, AttnViT,
+                 AttnCSwinTransformer, L2ViT}
+    assert set(SKELETONS) == skeletons

@@ -48,6 +48,21 @@ def test_build_backbone_specs():
         build_backbone('NoSuchBackbone:tiny')
 
 
+def test_every_registered_attention_is_a_preset():
+    """The registry drives the presets: any registered attention is Swin-T
+    with it in every block, under its own name."""
+    from vitattn_mm.registry import ATTENTIONS
+    from vitattn_mm.utils.benchmark import attention_preset, preset_names
+    assert set(ATTENTIONS.module_dict) <= set(preset_names())
+    for name in ATTENTIONS.module_dict:
+        cfg = attention_preset(name)
+        assert cfg['type'] == 'AttnSwinTransformer'
+        assert [len(stage) for stage in cfg['attn_cfgs']] == [2, 2, 6, 2]
+    label, model = build_backbone('FocusedLinearAttention')
+    assert type(model.stages[0].blocks[0].attn).__name__ == \
+        'FocusedLinearAttention'
+
+
 @pytest.mark.slow
 def test_cli_sweep_writes_csv_and_plot(tmp_path):
     result = subprocess.run(

@@ -14,7 +14,7 @@ from mmengine.runner import Runner
 from mmengine.runner.checkpoint import CheckpointLoader
 
 import vitattn_mm  # noqa: F401  (installs the safe loader)
-from vitattn_mm.models.layers import (ResizablePosEmbed, VitAttnBackbone,
+from vitattn_mm.models.layers import (ResizablePosEmbed, StagedBackbone,
                                       load_pretrained)
 from vitattn_mm.utils.checkpoint import UnsafeCheckpointError
 
@@ -120,11 +120,11 @@ def test_crafted_checkpoint_is_refused(tmp_path, payload):
     assert not marker.exists(), 'the payload ran'
 
 
-class TinyBackbone(VitAttnBackbone):
+class TinyBackbone(StagedBackbone):
     """Two layers and a positional embedding, official names differ."""
 
     def __init__(self, init_cfg=None):
-        super().__init__(init_cfg=init_cfg)
+        super().__init__(1, 0, init_cfg=init_cfg)
         self.stem = nn.Conv2d(3, 4, 3)
         self.pos_embed = ResizablePosEmbed(4, (4, 4))
         self.norm = nn.LayerNorm(4)
@@ -133,9 +133,6 @@ class TinyBackbone(VitAttnBackbone):
     def convert_checkpoint(cls, state_dict):
         return {k.replace('patch_embed.', 'stem.'): v
                 for k, v in state_dict.items()}
-
-    def _freeze_stages(self):
-        pass
 
     def forward(self, x):
         return x
@@ -161,7 +158,8 @@ def test_pretrained_official_file_loads_everything(tmp_path):
     report = model.load_report
     assert report.missing == []
     assert report.unexpected == ['head.weight']
-    torch.testing.assert_close(model.stem.weight, official['patch_embed.weight'])
+    torch.testing.assert_close(model.stem.weight,
+                               official['patch_embed.weight'])
     # 8x8 grid resized to the model's 4x4
     assert model.pos_embed.weight.shape == (1, 16, 4)
 

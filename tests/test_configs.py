@@ -104,3 +104,22 @@ def test_own_train_pipeline_runs_on_demo_data(path, loaded, demo_data):
     sample = dataset[0]
     assert sample['inputs'].dim() == 3
     assert 'data_samples' in sample
+
+
+def test_importing_the_package_registers_everything_configs_name():
+    """What ``custom_imports=['vitattn_mm']`` gives a stock tool, in a fresh
+    interpreter: every backbone and task model the configs name."""
+    import subprocess
+    import sys
+    names = sorted({
+        Config.fromfile(path).model.get('type', '').split('.')[-1]
+        for path in glob.glob('configs/lavit/*.py')
+    } | {'LaViT', 'FLattenSwinTransformer', 'L2ViT', 'MSFViT'})
+    code = ('import vitattn_mm; from mmengine.registry import MODELS; '
+            'import mmdet.registry, mmseg.registry, mmpretrain.registry; '
+            f'names = {names!r}; '
+            'regs = [mmdet.registry.MODELS, mmseg.registry.MODELS, '
+            'mmpretrain.registry.MODELS]; '
+            'missing = [n for n in names if not any(r.get(n) for r in regs)]; '
+            'print(missing); assert not missing')
+    subprocess.run([sys.executable, '-c', code], check=True)

@@ -13,9 +13,9 @@ from vitattn_mm.models.backbones.lavit import (AttentionResidual,
                                                ConvAttentionTransform,
                                                DenseAttentionTransform, LaViT,
                                                LessAttention,
+                                               LessAttentionState,
                                                VanillaAttention,
                                                diagonality_preserving_loss)
-from vitattn_mm.models.layers import grid_after_stride
 
 # Small widths. Stage 2 starts with a fused-attention VA layer (the
 # residual enters as its mask), stage 3 has a VA layer then two chained LA
@@ -34,17 +34,18 @@ def _is_la(block):
 
 def _la_layers(model):
     return [
-        sum(_is_la(block) for block in stage['blocks'])
+        sum(_is_la(block) for block in stage.blocks)
         for stage in model.stages
     ]
 
 
 def _capture_logits(model, stage):
-    """Forward hooks recording each block's returned logits in a stage."""
+    """Forward hooks recording the logits each block of a stage leaves in
+    the state."""
     captured = {}
-    for j, block in enumerate(model.stages[stage]['blocks']):
+    for j, block in enumerate(model.stages[stage].blocks):
         block.register_forward_hook(
-            lambda m, i, out, j=j: captured.__setitem__(j, out[1]))
+            lambda m, i, out, j=j: captured.__setitem__(j, out[1].logits))
     return captured
 
 
@@ -62,7 +63,7 @@ def test_arch_zoo_places_la_layers_from_n_la(arch, layers, paper_params):
     assert _la_layers(model) == layers
     # Every LA layer continues a stage: its predecessor keeps its logits.
     for stage in model.stages:
-        blocks = stage['blocks']
+        blocks = stage.blocks
         for prev, block in zip(blocks[:-1], blocks[1:]):
             if _is_la(block) and not _is_la(prev):
                 assert prev.attn.keep_logits
@@ -96,36 +97,46 @@ def _naive_reduce(attn, x, hw):
     sr = attn.sr_ratio
     grid = x.transpose(1, 2).reshape(B, C, *hw)
     grid = F.pad(grid, (0, -hw[1] % sr, 0, -hw[0] % sr))
-    conv = attn.sr.projection
+    conv = attn.sr
     grid = F.conv2d(grid, conv.weight, conv.bias, stride=sr)
-    norm = attn.sr.norm
+    norm = attn.norm
     return F.layer_norm(grid.flatten(2).transpose(1, 2), (C, ), norm.weight,
                         norm.bias, norm.eps)
 
 
 @pytest.mark.parametrize('keep_logits', [True, False])
 def test_vanilla_attention_matches_naive_softmax_attention(keep_logits):
+    """Softmax attention over the reduced keys, plus the Attention Residual
+    of the previous stage's logits (from the state), on the fused and the
+    explicit path; gradients reach the residual."""
     torch.manual_seed(0)
-    attn = VanillaAttention(32, 4, sr_ratio=2, keep_logits=keep_logits)
+    attn = VanillaAttention(32, 4, sr_ratio=2, keep_logits=keep_logits,
+                            residual=dict(type='conv', in_heads=2))
+    torch.nn.init.normal_(attn.residual.head_proj.weight)
     hw = (7, 9)  # odd: keys on a 4 x 5 grid
     x = torch.randn(2, 63, 32)
-    bias = torch.randn(2, 4, 63, 20, requires_grad=True)
-    out, logits = attn(x, hw, bias)
+    prev = LessAttentionState(torch.randn(2, 2, 14 * 18, 20), (14, 18),
+                              (4, 5))
+    out, state = attn(x, hw, prev)
     out.sum().backward()
-    grad, bias.grad = bias.grad, None
+    grad = attn.residual.head_proj.weight.grad.clone()
+    attn.zero_grad()
 
     heads = lambda t: t.reshape(2, -1, 4, 8).transpose(1, 2)  # noqa: E731
     q = heads(attn.q(x))
     k, v = map(heads, attn.kv(_naive_reduce(attn, x, hw)).chunk(2, dim=-1))
+    bias = attn.residual(prev, hw)
     ref_logits = q @ k.transpose(-2, -1) / math.sqrt(8) + bias
     ref = (ref_logits.softmax(-1) @ v).transpose(1, 2).reshape(2, 63, 32)
     torch.testing.assert_close(out, attn.proj(ref), rtol=1e-5, atol=1e-5)
     attn.proj(ref).sum().backward()
-    torch.testing.assert_close(grad, bias.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(grad, attn.residual.head_proj.weight.grad,
+                               rtol=1e-4, atol=1e-5)
     if keep_logits:
-        torch.testing.assert_close(logits, ref_logits)
+        torch.testing.assert_close(state.logits, ref_logits)
+        assert (state.query_hw, state.key_hw) == (hw, (4, 5))
     else:
-        assert logits is None
+        assert state.logits is None  # older logits are not held on to
 
 
 def test_less_attention_uses_transformed_logits_and_own_values():
@@ -136,8 +147,10 @@ def test_less_attention_uses_transformed_logits_and_own_values():
     hw = (7, 9)
     x = torch.randn(2, 63, 32)
     prev = torch.randn(2, 4, 63, 20)
-    out, logits = attn(x, hw, prev)
-    assert torch.equal(logits, prev)  # identity-initialised
+    out, state = attn(x, hw, LessAttentionState(prev, hw, (4, 5)))
+    assert torch.equal(state.logits, prev)  # identity-initialised
+    with pytest.raises(ValueError, match='keep_logits=True'):
+        attn(x, hw, LessAttentionState())
     v = attn.v(_naive_reduce(attn, x, hw)).reshape(2, 20, 4,
                                                    8).transpose(1, 2)
     ref = (prev.softmax(-1) @ v).transpose(1, 2).reshape(2, 63, 32)
@@ -222,7 +235,7 @@ def test_conv_transform_is_the_papers_form_with_banded_maps():
 
 def test_dense_transform_serves_only_its_input_size():
     model = LaViT(TINY, la_transform='dense', pretrain_img_size=64).eval()
-    transform = model.stages[2]['blocks'][1].attn.transform
+    transform = model.stages[2].blocks[1].attn.transform
     assert transform.query_weight.shape == (16, 16)  # 4x4 queries
     assert transform.key_weight.shape == (4, 4)  # 2x2 keys
     with torch.no_grad():
@@ -239,7 +252,7 @@ def test_attention_residual_matches_naive_downsampling():
     torch.nn.init.normal_(ar.downsample.weight)
     src, dst, Nk = (7, 9), (4, 5), 12
     logits = torch.randn(2, 2, 63, Nk)
-    out = ar(logits, src, dst)
+    out = ar(LessAttentionState(logits, src, (3, 4)), dst)
     assert out.shape == (2, 5, 20, Nk)
 
     grid = logits.reshape(2, 2, 7, 9, Nk)
@@ -424,14 +437,14 @@ def test_detector_loss_dict_has_loss_dp_and_gradients_reach_la_and_ar(
     assert 'loss_dp' in log_vars  # what the Runner logs
     total.backward()
     backbone = retinanet.backbone
-    la = backbone.stages[2]['blocks'][1].attn.transform
+    la = backbone.stages[2].blocks[1].attn.transform
     params = [la.key_conv.weight, la.query_conv.weight, la.head_mix.weight]
     for stage in (1, 2, 3):  # into a fused VA layer (1) and explicit ones
-        ar = backbone.stages[stage]['attn_residual']
+        ar = backbone.stages[stage].blocks[0].attn.residual
         params += [
             ar.downsample.weight, ar.head_proj.weight, ar.layer_scale.weight
         ]
-    assert not backbone.stages[1]['blocks'][0].attn.keep_logits
+    assert not backbone.stages[1].blocks[0].attn.keep_logits
     for param in params:
         assert param.grad is not None and param.grad.abs().sum() > 0
     assert backbone.pop_aux_losses() == {}
@@ -441,7 +454,7 @@ def test_dp_loss_alone_trains_the_la_transform(retinanet):
     retinanet.train()
     retinanet.zero_grad()
     retinanet(**_det_batch(retinanet), mode='loss')['loss_dp'].backward()
-    la = retinanet.backbone.stages[3]['blocks'][1].attn.transform
+    la = retinanet.backbone.stages[3].blocks[1].attn.transform
     assert la.key_conv.weight.grad.abs().sum() > 0
 
 
@@ -479,36 +492,7 @@ def test_aux_loss_models_accept_any_backbone():
     assert pop_aux_losses(torch.nn.Linear(1, 1)) == {}
 
 
-# ------------------------------------------------------ shapes and sizes
-@pytest.mark.parametrize('hw', [(32, 32), (33, 47), (97, 131), (224, 160)])
-def test_any_input_size(hw):
-    torch.manual_seed(0)
-    model = LaViT(TINY).train()
-    outs = model(torch.randn(1, 3, *hw))
-    grid = hw
-    for i, out in enumerate(outs):
-        grid = grid_after_stride(grid, 4 if i == 0 else 2)
-        assert out.shape == (1, TINY['embed_dims'][i], *grid)
-    assert torch.isfinite(model.pop_aux_losses()['loss_dp'])
-
-
-def test_below_minimum_input_is_a_clear_error():
-    with pytest.raises(ValueError, match='at least 32x32'):
-        LaViT(TINY)(torch.randn(1, 3, 31, 64))
-
-
-def test_out_indices_frozen_stages_and_train_returns_self():
-    model = LaViT(TINY, out_indices=(1, 3), frozen_stages=1)
-    assert [('norm' in s) for s in model.stages] == [False, True, False, True]
-    assert model.train() is model
-    for i, stage in enumerate(model.stages):
-        frozen = i <= 1
-        assert all(p.requires_grad != frozen for p in stage.parameters())
-        assert stage.training != frozen
-    with torch.no_grad():
-        assert len(model(torch.randn(1, 3, 64, 64))) == 2
-
-
+# ----------------------------------------------------------- checkpoints
 def test_classifier_checkpoint_loads_into_detection_backbone(tmp_path):
     """An mmpretrain LaViT checkpoint (``backbone.`` keys, a head) fills
     every backbone key of a detection backbone."""

@@ -1,13 +1,19 @@
-"""Shared building blocks: windows, relative position bias, positional
-embeddings, the backbone base class."""
+"""Shared building blocks: windows and the window wrapper, relative
+position bias, positional embeddings, padding, the softmax kernel, the
+``attn_cfgs`` grammar, the backbone base class."""
 import pytest
 import torch
+from mmcv.cnn.bricks.transformer import AdaptivePadding
 from mmpretrain.models.utils.attention import ShiftWindowMSA, WindowMSA
 
-from vitattn_mm.models.layers import (RelativePositionBias, ResizablePosEmbed,
-                                      VitAttnBackbone, crop_tokens,
-                                      pad_to_multiple, shifted_window_mask,
-                                      window_partition, window_reverse)
+from vitattn_mm.models.backbones.swin import WindowMSA as OurWindowMSA
+from vitattn_mm.models.layers import (CornerPadding, RelativePositionBias,
+                                      ResizablePosEmbed, StagedBackbone,
+                                      WindowedAttention, crop_tokens,
+                                      pad_to_multiple, pass_on,
+                                      resolve_attn_cfgs, shifted_window_mask,
+                                      softmax_attention, window_partition,
+                                      window_reverse)
 
 
 @pytest.mark.parametrize('hw', [(7, 7), (9, 13), (1, 20)])
@@ -62,17 +68,17 @@ def test_pos_embed_resizes_checkpoint_on_load():
     assert small.weight.shape == (1, 4, 3)
 
 
-class _Zoo(VitAttnBackbone):
+class _Zoo(StagedBackbone):
     arch_zoo = {('t', 'tiny'): dict(depth=2), 'b': dict(depth=4)}
     arch_keys = ('depth', )
     min_input_size = 32
 
+    def __init__(self):
+        super().__init__(num_stages=1, out_indices=0)
+
     def forward(self, x):
         self.check_input_size(x)
         return x
-
-    def _freeze_stages(self):
-        pass
 
 
 def test_arch_zoo_errors_list_valid_names():
@@ -94,3 +100,85 @@ def test_out_indices_and_min_size_errors():
 def test_train_returns_self():
     model = _Zoo()
     assert model.train() is model and model.eval() is model
+
+
+@pytest.mark.parametrize('pad_small_map', [True, False])
+@pytest.mark.parametrize('hw', [(7, 7), (9, 13), (14, 21), (4, 10)])
+@pytest.mark.parametrize('shift', [0, 3])
+def test_windowed_window_msa_is_mmpretrains_shift_window_msa(
+        hw, shift, pad_small_map):
+    """The window wrapper around Swin's WindowMSA computes what mmpretrain's
+    ShiftWindowMSA does (mmdet's is its ``pad_small_map=True``), and
+    refuses what it refuses."""
+    torch.manual_seed(0)
+    ref = ShiftWindowMSA(16, 2, window_size=7, shift_size=shift,
+                         pad_small_map=pad_small_map).eval()
+    ours = WindowedAttention(16, 2, window_size=7, shift_size=shift,
+                             pad_small_map=pad_small_map).eval()
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    x = torch.randn(2, hw[0] * hw[1], 16)
+    if min(hw) < 7 and not pad_small_map:
+        with pytest.raises(AssertionError):
+            ref(x, hw)
+        with pytest.raises(ValueError, match='smaller than the window'):
+            ours(x, hw)
+        return
+    torch.testing.assert_close(ours(x, hw), ref(x, hw), rtol=0, atol=1e-6)
+    assert isinstance(ours.w_msa, OurWindowMSA)
+
+
+def test_window_wrapper_refuses_to_shift_an_attention_without_mask():
+    with pytest.raises(ValueError, match='cannot take the mask'):
+        WindowedAttention(16, 2, shift=True,
+                          window_msa='FocusedLinearAttention')
+    unshifted = WindowedAttention(16, 2, window_size=(4, 5),
+                                  window_msa='FocusedLinearAttention')
+    assert unshifted.w_msa.positional_encoding.grid_hw == (4, 5)
+
+
+def test_window_wrapper_moves_keys_of_unwrapped_files_under_w_msa():
+    ours = WindowedAttention(16, 2, window_msa='LocalWindowAttention')
+    flat = {k[len('w_msa.'):]: v for k, v in ours.state_dict().items()}
+    ours.migrate_keys(flat)
+    assert flat.keys() == ours.state_dict().keys()
+
+
+@pytest.mark.parametrize('hw', [(8, 8), (9, 13), (1, 3)])
+def test_corner_padding_equals_mmcv(hw):
+    ref = AdaptivePadding(kernel_size=4, stride=4, padding='corner')
+    x = torch.randn(1, 2, *hw)
+    assert torch.equal(CornerPadding(4)(x), ref(x))
+
+
+def test_softmax_kernel_fused_equals_explicit():
+    q, k, v = (torch.randn(2, 3, 5, 7, 8) for _ in range(3))
+    bias = torch.randn(3, 1, 7, 7)  # (windows, 1, N, N)
+    torch.testing.assert_close(
+        softmax_attention(q, k, v, bias, 0.3),
+        softmax_attention(q, k, v, bias, 0.3, fused=False))
+
+
+def test_attn_cfgs_grammar():
+    """A dict (or None) serves every stage; a list one entry per stage: a
+    dict for its blocks, a list per block, None the skeleton's own."""
+    own = dict(type='Own')
+    a, b = dict(type='A'), dict(type='B')
+    assert resolve_attn_cfgs(None, [1, 2], own) == [[own], [own, own]]
+    assert resolve_attn_cfgs(a, [1, 2], own) == [[a], [a, a]]
+    assert resolve_attn_cfgs([None, [a, b]], [1, 2], own) == [[own], [a, b]]
+    assert resolve_attn_cfgs(
+        [None, None], [1, 2],
+        lambda i, j: dict(type=f'{i}{j}'))[1] == [dict(type='10'),
+                                                  dict(type='11')]
+    with pytest.raises(ValueError, match='3 entries for 2 stages'):
+        resolve_attn_cfgs([a, a, a], [1, 2], own)
+    with pytest.raises(ValueError, match='stage 1 lists 1 blocks; the stage '
+                       'has 2'):
+        resolve_attn_cfgs([a, [b]], [1, 2], own)
+
+
+def test_pass_on_gives_what_an_attention_takes_and_refuses_the_rest():
+    cfg = pass_on({}, OurWindowMSA, attn_drop=0.1, sr_ratio=0)
+    assert cfg == dict(attn_drop=0.1)
+    with pytest.raises(ValueError, match='sr_ratio=2 cannot be honoured'):
+        pass_on({}, OurWindowMSA, sr_ratio=2)

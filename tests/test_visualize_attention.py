@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from mmdet.registry import MODELS
 
 import vitattn_mm  # noqa: F401
+from vitattn_mm.registry import ATTENTIONS
 from vitattn_mm.utils import attention_maps
 
 # Odd, non-square input (pixels); the query near the top-right corner.
@@ -89,7 +90,7 @@ def test_msf_maps_gaussian_is_softmax_of_negative_distance():
     maps = attention_maps.msf_maps(model, _image(), POINT, head=0)
     _check(maps, [(5, 7)] * 2)  # ceil(72 / 16), ceil(104 / 16)
 
-    attn = model.blocks[0].attn
+    attn = model.stages[0].blocks[0].attn
     tokens = {}
     attn.register_forward_pre_hook(lambda m, a: tokens.update(x=a[0]))
     with torch.no_grad():
@@ -111,6 +112,19 @@ def test_lavit_la_map_reuses_the_va_map_until_trained():
     torch.testing.assert_close(maps[0].weights, maps[1].weights)
     stage = maps[0].query_grid
     assert stage == (5, 7)
+
+
+@pytest.mark.parametrize('name', sorted({
+    cls.__name__ for cls in ATTENTIONS.module_dict.values()}))
+def test_every_registered_attention_draws_a_distribution(name):
+    """The registry drives the tool: each attention's own report of where
+    the query looks is a distribution over its key grid (windows, stripes
+    and Less-Attention's transformed maps included)."""
+    maps = attention_maps.attention_row(name, _image(), POINT)
+    own = maps[0]
+    assert own.weights.dim() == 2 and own.query_grid == (9, 13)
+    assert torch.isfinite(own.weights).all() and (own.weights >= 0).all()
+    assert own.weights.sum().item() == pytest.approx(1, abs=1e-4)
 
 
 def test_cli_draws_every_family(tmp_path):

@@ -29,7 +29,7 @@ from tqdm import tqdm
 import vitattn_mm  # noqa: F401
 from vitattn_mm.utils.benchmark import (PRESETS, SUITE, build_backbone,
                                         fit_exponent, measure, plot_sweep,
-                                        run_once, write_csv)
+                                        preset_names, run_once, write_csv)
 from vitattn_mm.utils.compile import compile_backbone, compile_stats
 
 
@@ -141,6 +141,8 @@ def main():
     if args.list:
         for name, cfg in PRESETS.items():
             print(f'{name:<22}{cfg}')
+        print('and every registered attention in Swin-T: '
+              + ', '.join(n for n in preset_names() if n not in PRESETS))
         return
     if args.threads:
         torch.set_num_threads(args.threads)

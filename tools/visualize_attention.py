@@ -12,11 +12,14 @@ Examples::
         --families flatten msf --head 0
     python tools/visualize_attention.py \
         --checkpoint flatten=pretrain/flatten_swin_t.pth --out trained.png
-    # any registered token attention, in any skeleton: one more row
+    # every registered attention, one row each, in a plain ViT
+    python tools/visualize_attention.py --families --attentions
+    # any registered attention, in any skeleton: one more row
     python tools/visualize_attention.py --families \
         --backbone '{"type": "AttnViT", "arch": "tiny", "attn_cfgs":
-                     {"type": "FocusedLinearAttention"}}' \
-        --layer blocks.0.attn
+                     {"type": "FocusedLinearAttention"},
+                     "with_cls_token": false, "out_type": "featmap"}' \
+        --layer stages.0.blocks.0.attn
 """
 import argparse
 import json
@@ -32,6 +35,7 @@ from mmengine.registry import MODELS, init_default_scope
 
 import vitattn_mm  # noqa: F401
 from vitattn_mm.datasets import render_demo_image
+from vitattn_mm.registry import ATTENTIONS
 from vitattn_mm.utils import attention_maps
 
 matplotlib.use('Agg')
@@ -60,8 +64,12 @@ def parse_args(argv=None):
                         'the centre')
     parser.add_argument('--families', nargs='*', default=list(FAMILIES),
                         choices=list(FAMILIES))
+    parser.add_argument('--attentions', nargs='*',
+                        choices=sorted(ATTENTIONS.module_dict),
+                        help='one row per registered attention (all of them '
+                        'when given without names), each in a plain ViT')
     parser.add_argument('--backbone', help='one more row: a backbone config '
-                        '(JSON) with any registered token attention')
+                        '(JSON) with any registered attention')
     parser.add_argument('--layer', default='stages.0.blocks.0.attn',
                         help="the --backbone's attention module to draw")
     parser.add_argument('--head', type=int,
@@ -137,6 +145,14 @@ def main(argv=None):
     for family in args.families:
         model = build(family, checkpoints.get(family), args.seed)
         rows.append(FAMILIES[family][1](model, image, point, head=args.head))
+    attentions = args.attentions
+    if attentions is not None and not attentions:
+        attentions = sorted({cls.__name__ for cls in
+                             ATTENTIONS.module_dict.values()})
+    for name in attentions or []:
+        rows.append(attention_maps.attention_row(name, image, point,
+                                                 args.head, args.seed))
+        names.append(name)
     if args.backbone:
         cfg = json.loads(args.backbone)
         torch.manual_seed(args.seed)

@@ -10,7 +10,7 @@ from mmengine.hooks import Hook
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..models.layers import VitAttnBackbone, unwrap_state_dict
+from ..models.layers import StagedBackbone, unwrap_state_dict
 from ..models.layers.pretrained import MIN_LOADED_RATIO, match_state_dict
 
 #: What ``Runner.load_checkpoint`` does to the keys by default.
@@ -86,7 +86,7 @@ def _advice(model: nn.Module, checkpoint: dict,
     if not isinstance(weights, dict):
         return None
     for name, backbone in model.named_modules():
-        if not isinstance(backbone, VitAttnBackbone):
+        if not isinstance(backbone, StagedBackbone):
             continue
         own = backbone.state_dict().keys()
         try:

@@ -8,9 +8,11 @@ hooks run outside the backward path and cannot add it.
 
 The protocol has two sides:
 
-* the backbone stores its losses during ``forward`` (:class:`AuxLossBackbone`
-  keeps a value only in training mode with gradients enabled, so evaluation,
-  ``mode='tensor'`` and FLOP counting keep nothing);
+* the backbone stores its losses during ``forward``: every
+  :class:`~vitattn_mm.models.layers.StagedBackbone` keeps the auxiliary
+  losses of its attentions' state (``state.aux_losses()``), in training mode
+  with gradients enabled only, so evaluation, ``mode='tensor'`` and FLOP
+  counting keep nothing;
 * the task model adds ``backbone.pop_aux_losses()`` to its loss dict
   (:class:`AuxLossModelMixin`); popping clears them, so no autograd graph
   outlives the call that built it.
@@ -20,7 +22,7 @@ The protocol has two sides:
 mixin. They work with any backbone; one without ``pop_aux_losses`` adds
 nothing.
 """
-from typing import Dict, Optional
+from typing import Dict
 
 import torch
 import torch.nn as nn
@@ -30,36 +32,6 @@ from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmseg.models.segmentors import EncoderDecoder
 from mmseg.registry import MODELS as MMSEG_MODELS
-
-
-class AuxLossBackbone:
-    """Mixin for backbones that compute auxiliary losses in ``forward``.
-
-    ``forward`` calls :meth:`clear_aux_losses` first, then
-    :meth:`add_aux_loss` for each loss; the task model collects them with
-    :meth:`pop_aux_losses`.
-    """
-
-    _aux_losses: Optional[Dict[str, torch.Tensor]] = None
-
-    def add_aux_loss(self, name: str, value: torch.Tensor) -> None:
-        """Keep ``value`` under ``name`` if it can be trained on.
-
-        Nothing is kept in eval mode or without gradients (inference,
-        ``mode='tensor'``, FLOP counting), so no graph is held for nobody.
-        """
-        if self.training and torch.is_grad_enabled():
-            if self._aux_losses is None:
-                self._aux_losses = {}
-            self._aux_losses[name] = value
-
-    def clear_aux_losses(self) -> None:
-        self._aux_losses = None
-
-    def pop_aux_losses(self) -> Dict[str, torch.Tensor]:
-        """The losses of the last training forward pass; clears them."""
-        losses, self._aux_losses = self._aux_losses or {}, None
-        return losses
 
 
 def pop_aux_losses(module: nn.Module) -> Dict[str, torch.Tensor]:

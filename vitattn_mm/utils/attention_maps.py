@@ -1,13 +1,13 @@
 """Where one query token looks: attention distributions of each family's
 layer beside their softmax counterparts, for ``tools/visualize_attention.py``.
 
-Each ``*_maps`` function runs a backbone once on an image, captures the
-chosen attention module's input and asks the module where the query token
-under ``point`` looks (``query_attention``, each family's own formula, so
-the maps follow the implementation); it returns :class:`AttentionMap` s,
-distributions over the layer's key grid. The softmax counterparts use the *same* projections, so a panel pair
-differs only in the similarity function (as in the FLatten paper's Fig. 3).
-How each map is defined is explained in docs/attention_maps.md.
+:func:`layer_maps` runs a backbone once on an image, captures the chosen
+attention module's input and asks the module where the query token under
+``point`` looks (``query_attention``, each attention's own formula, so the
+maps follow the implementation); it returns :class:`AttentionMap` s,
+distributions over the layer's key grid. The softmax counterparts use the
+*same* projections, so a panel pair differs only in the similarity function
+(as in the FLatten paper's Fig. 3). How each map is defined is explained in docs/attention_maps.md.
 """
 import contextlib
 from dataclasses import dataclass
@@ -16,9 +16,8 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from ..models.backbones.l2vit import LGABlock
-from ..models.backbones.lavit import LessAttention
 from ..models.layers import QueryAttention
+from ..registry import ATTENTIONS
 
 Grid = Tuple[int, int]
 
@@ -105,10 +104,11 @@ def layer_maps(model: nn.Module,
                title: Optional[str] = None,
                note: str = '',
                window: Optional[int] = None) -> List[AttentionMap]:
-    """Any token attention: where the query under ``point`` looks, as the
-    module ``layer`` (e.g. ``'stages.0.blocks.0.attn'``) reports it
-    (``query_attention``), and dot-product softmax over the same q and k:
-    global and, with ``window``, in Swin's ``window`` x ``window`` window.
+    """Any registered attention: where the query under ``point`` looks, as
+    the module ``layer`` (e.g. ``'stages.0.blocks.0.attn'``) reports it
+    (``query_attention``, given the state a stateful one received), and
+    dot-product softmax over the same q and k: global and, with ``window``,
+    in Swin's ``window`` x ``window`` window.
     """
     attn = model.get_submodule(layer)
     if not hasattr(attn, 'query_attention'):
@@ -117,10 +117,11 @@ def layer_maps(model: nn.Module,
     store = {}
     with _capture(attn, store):
         model(image)
-    x, hw = store['args'][0], tuple(store['args'][1])
+    x, hw, *state = store['args']
+    hw = tuple(hw)
     query = query_token(point, image.shape[-2:], hw)
     qi = query[0] * hw[1] + query[1]
-    own = attn.query_attention(x, hw, qi)
+    own = attn.query_attention(x, hw, qi, *state)
     maps = [
         AttentionMap(title or type(attn).__name__, _to_map(
             _reduce_heads(own.weights, head), own.key_hw), query, hw, note),
@@ -177,12 +178,12 @@ def l2vit_maps(model: nn.Module, image: torch.Tensor,
     """Linear global attention of an ``L2ViT`` LGA block without the LCM
     (its weights), and the input influence on the query's output of the
     attention branch alone and of attention + LCM."""
-    blocks = model.stages[stage]
+    blocks = model.stages[stage].blocks
     if block is None:  # the stage's first LGA block
         block = next(i for i, b in enumerate(blocks)
-                     if isinstance(b, LGABlock))
+                     if hasattr(b, 'local_mp'))
     lga = blocks[block]
-    if not isinstance(lga, LGABlock):
+    if not hasattr(lga, 'local_mp'):
         raise ValueError(f'block {block} of stage {stage} is a local window '
                          'attention block; pick an LGA (odd) block')
     store, attn_store = {}, {}
@@ -198,11 +199,11 @@ def l2vit_maps(model: nn.Module, image: torch.Tensor,
     x = lga.cpe[0](x, hw)
 
     def attention_branch(t):
-        return attn(lga.norm1(t))
+        return attn(lga.norm1(t), hw)
 
     def attention_and_lcm(t):
         # The block's two residual branches (its identity path left out).
-        out = attn(lga.norm1(t))
+        out = attn(lga.norm1(t), hw)
         return out + lga.local_mp(lga.norm3(t + out), hw)
 
     return [
@@ -224,9 +225,10 @@ def msf_maps(model: nn.Module, image: torch.Tensor,
              head: Optional[int] = None) -> List[AttentionMap]:
     """Gaussian-kernel (mean-shift) attention of an ``MSFViT`` block and
     dot-product softmax over the same q and k."""
-    if not model.blocks[block].attn.mean_shift:
+    layer = f'stages.{block}.blocks.0.attn'
+    if not model.get_submodule(layer).mean_shift:
         raise ValueError('the model has softmax attention (mean_shift=False)')
-    own, dot = layer_maps(model, image, point, f'blocks.{block}.attn', head,
+    own, dot = layer_maps(model, image, point, layer, head,
                           'MSF: Gaussian kernel',
                           'softmax(-||q - k||^2 / 2 d^-1/2)')
     dot.title = 'softmax, dot product (same q, k)'
@@ -239,13 +241,13 @@ def lavit_maps(model: nn.Module, image: torch.Tensor,
                head: Optional[int] = None) -> List[AttentionMap]:
     """A ``LaViT`` stage's last Vanilla-Attention map and the first
     Less-Attention layer's transformed map that reuses it."""
+    less = ATTENTIONS.get('LessAttention')
     if stage is None:  # the first stage with a Less-Attention layer
         stage = next(i for i, s in enumerate(model.stages)
-                     if any(isinstance(b.attn, LessAttention)
-                            for b in s['blocks']))
-    blocks = model.stages[stage]['blocks']
+                     if any(isinstance(b.attn, less) for b in s.blocks))
+    blocks = model.stages[stage].blocks
     la = next((j for j, b in enumerate(blocks)
-               if isinstance(b.attn, LessAttention)), None)
+               if isinstance(b.attn, less)), None)
     if not la:
         raise ValueError(f'stage {stage} has no Less-Attention layer after '
                          'a Vanilla-Attention one')
@@ -263,8 +265,28 @@ def lavit_maps(model: nn.Module, image: torch.Tensor,
         (f'LaViT: LA layer {la} (transformed)', la_store,
          'the VA map until trained (identity-initialised transform)'),
     ):
-        probs = store['output'][1][0, :, qi].float().softmax(-1)
+        probs = store['output'][1].logits[0, :, qi].float().softmax(-1)
         maps.append(
             AttentionMap(title, _to_map(_reduce_heads(probs, head),
                                         tuple(kv_hw)), query, hw, note))
     return maps
+
+
+@torch.no_grad()
+def attention_row(name: str, image: torch.Tensor, point: Sequence[float],
+                  head: Optional[int] = None,
+                  seed: int = 0) -> List[AttentionMap]:
+    """The registered attention ``name`` in a plain ViT (192 channels, 4
+    heads, 3 blocks, placed by its ``layer_plan``): where the query looks
+    in the last block, and dot-product softmax over the same q and k. Any
+    attention registered in ``ATTENTIONS`` is drawn so, with no list to
+    edit."""
+    from ..models.backbones import AttnViT
+    cls = ATTENTIONS.get(name)
+    torch.manual_seed(seed)
+    model = AttnViT(
+        arch=dict(embed_dims=192, depth=3, num_heads=4),
+        attn_cfgs=cls.layer_plan([1, 1, 1]), with_cls_token=False,
+        out_type='featmap', patch_size=8).eval()
+    return layer_maps(model, image, point, 'stages.2.blocks.0.attn', head,
+                      name)

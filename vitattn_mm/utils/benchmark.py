@@ -57,12 +57,32 @@ SUITE = [
 ]
 
 
+def attention_preset(name: str) -> dict:
+    """Swin-T with the registered attention ``name`` in every block, placed
+    by its ``layer_plan`` (windowed where it needs a window): every
+    attention of the registry is a preset under its own name, so a new one
+    is benchmarked against ``swin-t`` with no list to edit."""
+    from ..registry import ATTENTIONS
+    depths = [2, 2, 6, 2]
+    return dict(type='AttnSwinTransformer', arch='tiny',
+                attn_cfgs=ATTENTIONS.get(name).layer_plan(depths))
+
+
+def preset_names() -> List[str]:
+    """The named presets and every registered attention."""
+    from ..registry import ATTENTIONS
+    return sorted(PRESETS) + sorted(ATTENTIONS.module_dict)
+
+
 def build_backbone(spec: str) -> Tuple[str, nn.Module]:
     """A backbone from a preset name, a config file (its backbone),
     ``Type[:arch]`` or a JSON dict. Returns (label, module)."""
+    from ..registry import ATTENTIONS
     init_default_scope('mmdet')
     if spec in PRESETS:
         cfg = dict(PRESETS[spec])
+    elif spec in ATTENTIONS.module_dict:
+        cfg = attention_preset(spec)
     elif spec.endswith('.py'):
         cfg = Config.fromfile(spec).model.backbone.to_dict()
         init_default_scope(Config.fromfile(spec).default_scope)
@@ -225,7 +245,8 @@ def write_csv(path: str, rows: Sequence[Measurement]) -> None:
         f.write('model,height,width,batch,mode,median_s,iqr_s,images_per_s,'
                 'peak_mib\n')
         for m in rows:
-            peak = '' if m.peak_bytes is None else f'{m.peak_bytes / 2**20:.1f}'
+            peak = ('' if m.peak_bytes is None else
+                    f'{m.peak_bytes / 2**20:.1f}')
             f.write(f'{m.name},{m.shape[0]},{m.shape[1]},{m.batch},{m.mode},'
                     f'{m.median:.5f},{m.spread:.5f},{m.images_per_s:.3f},'
                     f'{peak}\n')

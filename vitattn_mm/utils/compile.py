@@ -1,7 +1,7 @@
 """``torch.compile`` of the backbones: one graph for every input size.
 
 The backbones keep input sizes symbolic while a graph is captured (see
-``vitattn_mm/models/layers/graph_capture.py``), so compiling with
+``vitattn_mm/models/layers/padding.py``), so compiling with
 ``dynamic=True`` gives a single graph that serves every input size, with no
 graph break in the attention modules. :func:`compile_stats` counts what
 dynamo did, for the benchmark and the tests.

@@ -28,7 +28,6 @@ from mmengine.config import Config
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, init_default_scope
 
-from ..models.layers.graph_capture import trace_as_eager
 from .runtime import task_of
 
 #: Default input (H, W) per task, as in the papers' tables.
@@ -229,10 +228,10 @@ def count_complexity(cfg: Config,
     analyzer.unsupported_ops_warnings(False)
     analyzer.uncalled_modules_warnings(False)
     analyzer.tracer_warnings('none')
-    # Count what eager mode computes at this size (the tracer would
-    # otherwise get the export-ready, size-independent graph).
-    with torch.no_grad(), _published_counting_rules(model), \
-            trace_as_eager():
+    # A TorchScript trace records what eager mode computes at this size
+    # (the size-aware primitives build size-independent graphs only for
+    # ONNX export and torch.compile).
+    with torch.no_grad(), _published_counting_rules(model):
         by_module_op = analyzer.by_module_and_operator()
 
     result = Complexity(config=config_name, task=task, input_shape=shape)

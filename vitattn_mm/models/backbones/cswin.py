@@ -24,22 +24,21 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks.transformer import PatchEmbed
-from mmdet.models.layers import nlc_to_nchw
-from mmengine.model import BaseModule, ModuleDict, ModuleList
+from mmengine.model import ModuleList
 
 from ...registry import ATTENTIONS, register_model
-from ..layers import (QueryAttention, StateDict, TransformerBlock,
-                      VitAttnBackbone, build_attention, check_heads,
-                      crop_tokens, freeze_module, grid_after_stride,
-                      init_linear_and_norm, is_capturing,
+from ..layers import (QueryAttention, Stage, StagedBackbone, StateDict,
+                      TokenAttention, TransformerBlock, attention_class,
+                      build_attention, check_heads, crop_tokens,
+                      grid_after_stride, init_linear_and_norm,
                       linear_drop_path_rates, pad_to_multiple, padded_size,
-                      per_stage_attention, split_heads, to_2tuple_int,
+                      pass_on, resolve_attn_cfgs, split_heads, to_2tuple_int,
                       window_partition, window_reverse)
+from ..layers.padding import CornerPatchEmbed
 
 
 @ATTENTIONS.register_module()
-class CrossShapedWindowAttention(BaseModule):
+class CrossShapedWindowAttention(TokenAttention):
     """CSwin's cross-shaped window self-attention with LePE.
 
     The first half of the channels (and heads) attends within vertical
@@ -102,14 +101,13 @@ class CrossShapedWindowAttention(BaseModule):
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def stripe(self, branch: int,
-               hw_shape: Tuple[int, int]) -> Tuple[int, int]:
-        """The ``(height, width)`` of branch ``branch``'s windows on a map
-        of ``hw_shape``: vertical stripes, horizontal stripes, or the map."""
-        H, W = hw_shape
+    def stripe(self, branch: int) -> Tuple[Optional[int], Optional[int]]:
+        """The ``(height, width)`` of branch ``branch``'s windows, None for
+        a whole side: vertical stripes, horizontal stripes, or the map."""
         if self.split_size is None:
-            return H, W
-        return (H, self.split_size) if branch == 0 else (self.split_size, W)
+            return None, None
+        return (None, self.split_size) if branch == 0 else (self.split_size,
+                                                            None)
 
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:
@@ -125,11 +123,12 @@ class CrossShapedWindowAttention(BaseModule):
     def _attend_stripes(self, branch: int, q: torch.Tensor, k: torch.Tensor,
                         v: torch.Tensor,
                         hw_shape: Tuple[int, int]) -> torch.Tensor:
-        window = self.stripe(branch, hw_shape)
+        sides = self.stripe(branch)
+        window = tuple(s if w is None else w for s, w in zip(hw_shape, sides))
         padded_hw = None
         windows = []
         for t in (q, k, v):
-            t, padded_hw = pad_to_multiple(t, hw_shape, window)
+            t, padded_hw = pad_to_multiple(t, hw_shape, sides)
             windows.append(window_partition(t, window))
         q, k, v = windows
         num_windows, length, channels = v.shape
@@ -137,25 +136,22 @@ class CrossShapedWindowAttention(BaseModule):
             num_windows, channels, *window))
         lepe = lepe.flatten(2).transpose(1, 2)
 
-        mask = None
-        # While a graph is captured the mask is always built: whether a size
-        # needs padding must not be decided at trace time.
-        if is_capturing() or padded_hw != hw_shape:
-            real = torch.ones(1, hw_shape[0] * hw_shape[1], 1,
-                              dtype=torch.bool, device=v.device)
-            real = window_partition(
-                pad_to_multiple(real, hw_shape, window)[0], window)
-            # (windows of one image, N) -> every image's, broadcast over
-            # heads and queries.
-            mask = real[..., 0].repeat(num_windows // real.shape[0],
-                                       1)[:, None, None, :]
+        # Keys that are padding take no part: one mask per window of an
+        # image, broadcast over images, heads and queries.
+        real = torch.ones(1, hw_shape[0] * hw_shape[1], 1, dtype=torch.bool,
+                          device=v.device)
+        real = window_partition(
+            pad_to_multiple(real, hw_shape, sides)[0], window)
+        mask = real[..., 0][:, None, None, :]
         heads = self.num_heads // self.num_branches
-        q, k, v = (split_heads(t, heads) for t in (q, k, v))
+        q, k, v = (split_heads(t, heads).unflatten(0, (-1, mask.shape[0]))
+                   for t in (q, k, v))
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask,
             dropout_p=self.attn_drop if self.training else 0.,
             scale=self.scale)
-        out = out.transpose(1, 2).reshape(num_windows, length, channels)
+        out = out.flatten(0, 1).transpose(1, 2).reshape(
+            num_windows, length, channels)
         out = window_reverse(out + lepe, padded_hw, window)
         return crop_tokens(out, hw_shape)
 
@@ -176,7 +172,8 @@ class CrossShapedWindowAttention(BaseModule):
         row, col = divmod(index, W)
         heads = self.num_heads // self.num_branches
         for branch in range(self.num_branches):
-            wh, ww = self.stripe(branch, hw_shape)
+            wh, ww = (s if w is None else w
+                      for s, w in zip(hw_shape, self.stripe(branch)))
             inside = (rows // wh == row // wh) & (cols // ww == col // ww)
             logits[branch * heads:(branch + 1) * heads].masked_fill_(
                 ~inside, float('-inf'))
@@ -189,26 +186,26 @@ class CrossShapedWindowAttention(BaseModule):
 
 
 @register_model
-class AttnCSwinTransformer(VitAttnBackbone):
-    """CSwin Transformer whose attention is chosen per stage.
+class AttnCSwinTransformer(StagedBackbone):
+    """CSwin Transformer whose attention is chosen per stage or block.
 
     Stage ``i``: a patch embedding (stage 0: 7x7 stride-4 conv, padding 2;
     then 3x3 stride-2 conv, padding 1; each followed by a LayerNorm,
     ``stages.{i}.patch_embed``), then ``depths[i]`` shared pre-norm
-    :class:`TransformerBlock` s around the stage's token attention, and a
+    :class:`TransformerBlock` s around the stage's attention, and a
     LayerNorm ``norm{i}`` on each output.
 
     Images whose sides are not multiples of 4 are zero-padded at the
     bottom/right first, so stage ``i`` has ``ceil(H / 2**(i+2))`` rows as in
-    the other backbones (the official stem assumes 224x224).
+    the other backbones (the official stem floors, see docs/flatten.md).
 
     Args:
         arch (str | dict): 'tiny', 'small', 'base', 'large' (or 't', 's',
             'b', 'l'), or a dict with ``embed_dims`` (int), ``depths`` and
             ``num_heads`` (one per stage). Default: 'tiny'.
-        attn_cfgs (dict | Sequence[dict | None], optional): The registered
-            token attention of every stage (a dict) or of each stage (a
-            list; None is CSwin's). The skeleton adds ``embed_dims``,
+        attn_cfgs (dict | list, optional): The attention of every stage (a
+            dict), of each stage (a list; None is CSwin's) or of each block
+            (a list in the list). The skeleton adds ``embed_dims``,
             ``num_heads``, ``qkv_bias`` and, to attentions that take them,
             ``grid_size`` (the stage's pretraining grid) and ``split_size``
             (the stage's ``split_sizes`` entry; None in the last stage).
@@ -223,17 +220,17 @@ class AttnCSwinTransformer(VitAttnBackbone):
         in_channels (int): Input channels. Default: 3.
         mlp_ratio (float): FFN hidden channels / C. Default: 4.
         qkv_bias (bool): Bias in the attention projections. Default: True.
+        drop_rate (float): Dropout in the attention projection and the FFN.
+            Default: 0.
+        attn_drop_rate (float): Dropout of the attention weights.
+            Default: 0.
         drop_path_rate (float): Stochastic depth rate. Default: 0.1.
         out_indices (Sequence[int] | int): Output stages, each through its
             own norm ``norm{i}``. Default: (0, 1, 2, 3).
         act_cfg (dict): FFN activation. Default: ``dict(type='GELU')``.
         norm_cfg (dict): Norm layers. Default: ``dict(type='LN')``.
-        with_cp (bool): Gradient checkpointing per block. Default: False.
-        frozen_stages (int): Freeze stages ``0..frozen_stages`` with their
-            patch embeddings and output norms; -1: none. Default: -1.
-        norm_eval (bool): Keep BatchNorm in eval mode. Default: False.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...)``
-            loads weights (official layouts converted). Default: None.
+        **kwargs: :class:`StagedBackbone`'s ``frozen_stages``,
+            ``norm_eval``, ``with_cp``, ``pretrained`` and ``init_cfg``.
     """
     arch_zoo = {
         ('t', 'tiny'):
@@ -259,41 +256,36 @@ class AttnCSwinTransformer(VitAttnBackbone):
                  in_channels: int = 3,
                  mlp_ratio: float = 4.,
                  qkv_bias: bool = True,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.1,
                  out_indices: Union[int, Sequence[int]] = (0, 1, 2, 3),
                  act_cfg: dict = dict(type='GELU'),
                  norm_cfg: dict = dict(type='LN'),
-                 with_cp: bool = False,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(frozen_stages, norm_eval, init_cfg)
+                 **kwargs):
         arch = self.parse_arch(arch)
+        super().__init__(len(arch['depths']), out_indices, **kwargs)
         embed_dims, depths = arch['embed_dims'], arch['depths']
-        num_stages = len(depths)
+        num_stages = self.num_stages
         if len(split_sizes) != num_stages:
             raise ValueError(f'split_sizes has {len(split_sizes)} entries '
                              f'for {num_stages} stages')
-        attn_cfgs = per_stage_attention(
-            attn_cfgs, num_stages, dict(type='CrossShapedWindowAttention'))
+        cfgs = resolve_attn_cfgs(attn_cfgs, depths,
+                                 dict(type='CrossShapedWindowAttention'))
         self.embed_dims = embed_dims
         self.depths = list(depths)
         self.num_features = [embed_dims * 2**i for i in range(num_stages)]
-        self.out_indices = self.normalize_out_indices(out_indices,
-                                                      num_stages)
         self.split_sizes = tuple(split_sizes)
         # Every stage's tokens must cover at least one pixel of the input.
         self.min_input_size = self.stem_stride * 2**(num_stages - 1)
 
         grid = to_2tuple_int(pretrain_img_size)
         rates = linear_drop_path_rates(drop_path_rate, sum(depths))
-        self.stages = ModuleList()
         for i, depth in enumerate(depths):
             dims = self.num_features[i]
             stride = self.stem_stride if i == 0 else 2
             grid = grid_after_stride(grid, stride)
-            stage = ModuleDict()
-            stage['patch_embed'] = PatchEmbed(
+            patch_embed = CornerPatchEmbed(
                 in_channels=in_channels if i == 0 else dims // 2,
                 embed_dims=dims,
                 conv_type='Conv2d',
@@ -302,51 +294,35 @@ class AttnCSwinTransformer(VitAttnBackbone):
                 padding=2 if i == 0 else 1,
                 norm_cfg=norm_cfg)
             split = split_sizes[i] if i < num_stages - 1 else None
-            stage['blocks'] = ModuleList([
-                TransformerBlock(
+            blocks = ModuleList()
+            for j in range(depth):
+                cfg = pass_on(cfgs[i][j], attention_class(cfgs[i][j]['type']),
+                              attn_drop=attn_drop_rate, proj_drop=drop_rate)
+                blocks.append(TransformerBlock(
                     dims,
                     build_attention(
-                        attn_cfgs[i],
+                        cfg,
                         embed_dims=dims,
                         num_heads=arch['num_heads'][i],
                         qkv_bias=qkv_bias,
                         context=dict(grid_size=grid, split_size=split)),
                     ffn_ratio=mlp_ratio,
                     drop_path=rates[sum(depths[:i]) + j],
+                    ffn_drop=drop_rate,
                     act_cfg=act_cfg,
-                    norm_cfg=norm_cfg,
-                    with_cp=with_cp) for j in range(depth)
-            ])
-            self.stages.append(stage)
-        for i in self.out_indices:
-            self.add_module(f'norm{i}',
-                            build_norm_layer(norm_cfg,
-                                             self.num_features[i])[1])
+                    norm_cfg=norm_cfg))
+            self.stages.append(Stage(blocks, patch_embed=patch_embed))
+        self.add_output_norms(self.num_features,
+                              lambda c: build_norm_layer(norm_cfg, c)[1])
         self.apply(init_linear_and_norm)
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input_size(x)
+    def forward_stem(self, x: torch.Tensor):
         # Without it the 7x7 stride-4 stem (padding 2) drops the last row
         # or column of patches of a side that is 1 or 2 modulo 4.
         s = self.stem_stride
         H, W = x.shape[-2:]
-        x = F.pad(x, (0, padded_size(W, s) - W, 0, padded_size(H, s) - H))
-        outs = []
-        for i, stage in enumerate(self.stages):
-            x, hw_shape = stage['patch_embed'](x)
-            for block in stage['blocks']:
-                x = block(x, hw_shape)
-            if i in self.out_indices:
-                out = getattr(self, f'norm{i}')(x)
-                outs.append(nlc_to_nchw(out, hw_shape))
-            x = nlc_to_nchw(x, hw_shape)
-        return tuple(outs)
-
-    def _freeze_stages(self) -> None:
-        for i in range(self.frozen_stages + 1):
-            freeze_module(self.stages[i])
-            if i in self.out_indices:
-                freeze_module(getattr(self, f'norm{i}'))
+        return F.pad(x, (0, padded_size(W, s) - W, 0,
+                         padded_size(H, s) - H)), None
 
     @classmethod
     def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:

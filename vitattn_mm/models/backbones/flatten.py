@@ -9,7 +9,6 @@ dense prediction needs: any input size, NCHW multi-scale outputs and
 loading of the official files (:meth:`convert_checkpoint`).
 """
 import re
-from collections import OrderedDict
 from typing import Optional, Tuple, Union
 
 import torch
@@ -17,20 +16,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
-from mmengine.model import BaseModule
 
 from ...registry import ATTENTIONS, register_model
 from ..layers import (QueryAttention, ResizablePosEmbed, StateDict,
-                      check_heads, crop_tokens, pad_to_multiple, split_heads,
-                      to_2tuple_int, window_partition, window_reverse)
+                      TokenAttention, check_heads, split_heads, to_2tuple_int)
+from ..layers.padding import grid_after_stride
 from .cswin import AttnCSwinTransformer, convert_official_cswin
-from .pvt import AttnPVT, AttnPVTv2
-from .swin import AttnSwinTransformer
-from .vit import AttnViT
+from .pvt import AttnPVT, AttnPVTv2, convert_official_pvt, convert_pvt_block
+from .swin import AttnSwinTransformer, convert_official_swin
+from .vit import NO_CLS_TOKEN_SCOPE_DEFAULTS, AttnViT
 
 
 @ATTENTIONS.register_module()
-class FocusedLinearAttention(BaseModule):
+class FocusedLinearAttention(TokenAttention):
     """Focused linear attention with depthwise-conv rank restoration.
 
     As the released FLatten checkpoints compute it: a learned positional
@@ -54,9 +52,9 @@ class FocusedLinearAttention(BaseModule):
     of the map (PVT's spatial reduction); ``v`` is upsampled back to (H, W)
     bilinearly for the depthwise conv.
 
-    With ``window_size`` the attention runs in non-overlapping windows
-    (maps padded to a multiple, then cropped back), the positional encoding
-    learned on the window.
+    In windows (:class:`~vitattn_mm.models.layers.WindowedAttention`,
+    unshifted: a linear attention takes no mask) the grid is the window's,
+    and so is the positional encoding.
 
     With ``lepe`` (FLatten-CSwin) CSwin's locally-enhanced positional
     encoding is added too: a 3x3 depthwise conv over all C channels of
@@ -69,10 +67,6 @@ class FocusedLinearAttention(BaseModule):
         grid_size (tuple[int, int]): Token grid the positional encoding is
             learned on (the pretraining map). Other grids get it resized
             bilinearly.
-        window_size (int | tuple[int, int], optional): Attention window,
-            clipped to ``grid_size`` as in the official code (56 gives 56
-            in Swin's stage 1 and 28 in stage 2 at 224); None attends over
-            the whole map. Default: None.
         sr_ratio (int): Spatial-reduction ratio of keys and values.
             Default: 1 (every released model).
         qkv_bias (bool): Bias in the q / kv projections. Default: True.
@@ -90,7 +84,6 @@ class FocusedLinearAttention(BaseModule):
                  embed_dims: int,
                  num_heads: int,
                  grid_size: Tuple[int, int],
-                 window_size: Optional[Union[int, Tuple[int, int]]] = None,
                  sr_ratio: int = 1,
                  qkv_bias: bool = True,
                  focusing_factor: float = 3,
@@ -106,12 +99,6 @@ class FocusedLinearAttention(BaseModule):
                              f'sr_ratio must be 1, got {sr_ratio}')
         self.embed_dims = embed_dims
         self.num_heads = num_heads
-        self.window_size = None
-        if window_size is not None:
-            self.window_size = tuple(
-                min(w, g)
-                for w, g in zip(to_2tuple_int(window_size), grid_size))
-            grid_size = self.window_size
         self.sr_ratio = sr_ratio
         self.focusing_factor = focusing_factor
 
@@ -163,29 +150,6 @@ class FocusedLinearAttention(BaseModule):
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:
         """``(B, H*W, C)`` tokens on an ``(H, W)`` grid -> same shape."""
-        if self.window_size is None:
-            return self._attend_map(x, hw_shape)
-        x, padded_hw = pad_to_multiple(x, hw_shape, self.window_size)
-        windows = self._attend_map(window_partition(x, self.window_size),
-                                   self.window_size)
-        x = window_reverse(windows, padded_hw, self.window_size)
-        return crop_tokens(x, hw_shape)
-
-    def _project(self, x: torch.Tensor, hw_shape: Tuple[int, int]):
-        """q, k (positional encoding added), v and the key grid."""
-        q = self.q(x)
-        if self.sr_ratio > 1:
-            reduced = self.sr(nlc_to_nchw(x, hw_shape))
-            kv_hw = tuple(reduced.shape[-2:])
-            kv = self.kv(self.norm(nchw_to_nlc(reduced)))
-        else:
-            kv_hw = tuple(hw_shape)
-            kv = self.kv(x)
-        k, v = kv.chunk(2, dim=-1)
-        return q, k + self.positional_encoding(kv_hw), v, kv_hw
-
-    def _attend_map(self, x: torch.Tensor,
-                    hw_shape: Tuple[int, int]) -> torch.Tensor:
         B, N, C = x.shape
         q, k, v, kv_hw = self._project(x, hw_shape)
         out = self.attend(q, k, v)
@@ -201,15 +165,25 @@ class FocusedLinearAttention(BaseModule):
         out = out + self.dwc(v).reshape(B, C, N).transpose(1, 2)
         return self.proj_drop(self.proj(out))
 
+    def _project(self, x: torch.Tensor, hw_shape: Tuple[int, int]):
+        """q, k (positional encoding added), v and the key grid."""
+        q = self.q(x)
+        if self.sr_ratio > 1:
+            reduced = self.sr(nlc_to_nchw(x, hw_shape))
+            kv_hw = tuple(reduced.shape[-2:])
+            kv = self.kv(self.norm(nchw_to_nlc(reduced)))
+        else:
+            kv_hw = tuple(hw_shape)
+            kv = self.kv(x)
+        k, v = kv.chunk(2, dim=-1)
+        return q, k + self.positional_encoding(kv_hw), v, kv_hw
+
     @torch.no_grad()
     def query_attention(self, x: torch.Tensor, hw_shape: Tuple[int, int],
                         index: int) -> QueryAttention:
         """Focused linear weights ``phi(q_i) phi(k)^T / sum`` of query
         ``index`` over the whole map (the depthwise-conv branch is not an
         attention distribution and is left out)."""
-        if self.window_size is not None:
-            raise ValueError('this focused linear attention runs in windows; '
-                             'build it with window_size=None to draw it')
         q, k, _, kv_hw = self._project(x[:1], hw_shape)
         qf, kf = (split_heads(self.feature_map(t), self.num_heads)[0]
                   for t in (q, k))
@@ -220,7 +194,7 @@ class FocusedLinearAttention(BaseModule):
 
     def extra_repr(self) -> str:
         return (f'embed_dims={self.embed_dims}, num_heads={self.num_heads}, '
-                f'window_size={self.window_size}, sr_ratio={self.sr_ratio}, '
+                f'sr_ratio={self.sr_ratio}, '
                 f'focusing_factor={self.focusing_factor}, '
                 f'lepe={self.lepe is not None}')
 
@@ -244,8 +218,10 @@ class FLattenSwinTransformer(AttnSwinTransformer):
     and Swin's shifted-window attention in the others. By default the
     FLatten stages attend over the whole unpadded map, their positional
     encodings resized from the pretraining grid (at 224 the official
-    model's 56x56 "window" is the whole stage-1 map); ``flatten_window_size``
-    keeps fixed windows instead.
+    model's 56x56 "window" is the whole stage-1 map);
+    ``flatten_window_size`` keeps fixed windows instead, each clipped to
+    the stage's pretraining grid as in the official code (56 gives 56 in
+    stage 1 and 28 in stage 2 at 224).
 
     Args:
         arch (str | dict): 'tiny', 'small', 'base' (or 't', 's', 'b'), or a
@@ -254,15 +230,15 @@ class FLattenSwinTransformer(AttnSwinTransformer):
         num_flatten_stages (int): Leading stages with focused linear
             attention. Default: 2.
         flatten_window_size (int, optional): Window of the FLatten stages;
-            None attends over the whole map. A window never exceeds the
-            stage's pretraining grid, as in the official code. Default: None.
+            None attends over the whole map. Default: None.
         focusing_factor (float): p of the focusing function. Default: 3.
         kernel_size (int): Depthwise conv kernel of the FLatten attention.
             Default: 5.
         **kwargs: :class:`AttnSwinTransformer` arguments
             (``pretrain_img_size``, ``window_size``, ``mlp_ratio``,
             ``drop_path_rate``, ``out_indices``, ``pad_small_map``,
-            ``with_cp``, ``frozen_stages``, ``init_cfg``, mmdet's names...).
+            ``with_cp``, ``frozen_stages``, ``init_cfg``, mmdet's and
+            mmpretrain's names...).
     """
     arch_zoo = {
         key: AttnSwinTransformer.arch_zoo[key]
@@ -279,99 +255,39 @@ class FLattenSwinTransformer(AttnSwinTransformer):
         settings = self.resolve_arch(arch, kwargs.pop('embed_dims', None),
                                      kwargs.pop('depths', None),
                                      kwargs.pop('num_heads', None))
+        num_stages = len(settings['depths'])
         flatten = dict(
             type='FocusedLinearAttention',
-            window_size=flatten_window_size,
             focusing_factor=focusing_factor,
             kernel_size=kernel_size)
-        kwargs.setdefault(
-            'attn_cfgs',
-            _in_leading_stages(flatten, num_flatten_stages,
-                               len(settings['depths'])))
+        if 'attn_cfgs' not in kwargs:
+            stages = _in_leading_stages(flatten, num_flatten_stages,
+                                        num_stages)
+            if flatten_window_size is not None:
+                img = kwargs.get('img_size') or kwargs.get(
+                    'pretrain_img_size', 224)
+                grid = grid_after_stride(to_2tuple_int(img),
+                                         kwargs.get('patch_size', 4))
+                for i in range(num_flatten_stages):
+                    window = tuple(min(flatten_window_size, g) for g in grid)
+                    stages[i] = dict(
+                        flatten, type='WindowedAttention',
+                        window_msa='FocusedLinearAttention',
+                        window_size=window, shift=False)
+                    grid = grid_after_stride(grid, 2)
+            kwargs['attn_cfgs'] = stages
         super().__init__(arch=settings, **kwargs)
         self.num_flatten_stages = num_flatten_stages
 
     @classmethod
     def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:
-        """Official FLatten-Swin keys -> ours; keys of older versions of
-        this backbone are migrated; other layouts pass through.
-
-        ``layers.{i}.blocks.{j}`` -> ``stages.{i}.blocks.{j}`` (the official
-        ``qkv`` of FLatten blocks split into ``q`` / ``kv``; Swin blocks as
-        mmpretrain names them), ``layers.{i}.downsample`` ->
-        ``stages.{i}.downsample`` (reordered for mmcv's unfold), ``norm``
-        -> ``norm{last}``. The derived ``attn_mask`` buffers are dropped;
-        ``head.*`` is left for the classifier.
-        """
-        if not any(k.startswith('layers.') for k in state_dict):
-            return super().convert_checkpoint(state_dict)
-        flatten_blocks = {
-            m.group(1)
-            for m in (re.match(r'(layers\.\d+\.blocks\.\d+)\.attn\.dwc\.',
-                               k) for k in state_dict) if m
-        }
-        num_stages = 1 + max(
-            int(k.split('.')[1]) for k in state_dict
-            if k.startswith('layers.'))
-        converted = OrderedDict()
-        for key, value in state_dict.items():
-            if key.endswith('attn_mask'):
-                continue
-            m = re.match(r'layers\.(\d+)\.downsample\.(reduction|norm)\.(.+)',
-                         key)
-            if m:
-                stage, part, name = int(m.group(1)), m.group(2), m.group(3)
-                converted[f'stages.{stage}.downsample.{part}.{name}'] = \
-                    _merging_weight_to_unfold_order(value)
-                continue
-            m = re.match(r'(layers\.(\d+)\.blocks\.(\d+))\.(.+)', key)
-            if m:
-                block, name = m.group(1), m.group(4)
-                prefix = f'stages.{m.group(2)}.blocks.{m.group(3)}.'
-                if block in flatten_blocks:
-                    converted.update(
-                        _convert_flatten_block(prefix, name, value))
-                else:
-                    converted[prefix + _SWIN_BLOCK_NAMES.get(name, name)] = \
-                        value
-                continue
-            if key.startswith('patch_embed.proj.'):
-                key = key.replace('patch_embed.proj.',
-                                  'patch_embed.projection.')
-            elif key.startswith('norm.'):
-                key = f'norm{num_stages - 1}.' + key[len('norm.'):]
-            converted[key] = value
-        return converted
-
-
-def _merging_weight_to_unfold_order(weight: torch.Tensor) -> torch.Tensor:
-    """Reorder the official patch merging's input channels for mmcv's.
-
-    The official layer concatenates the 2x2 neighbours position-major in
-    the order (0,0), (1,0), (0,1), (1,1); mmcv's ``nn.Unfold`` lays them out
-    channel-major in the order (0,0), (0,1), (1,0), (1,1). Works on the
-    reduction weight (``(out, 4C)``) and the norm's weight / bias (``(4C,)``).
-    """
-    lead = weight.shape[:-1]
-    weight = weight.reshape(*lead, 4, weight.shape[-1] // 4)
-    weight = weight[..., [0, 2, 1, 3], :].transpose(-1, -2)
-    return weight.reshape(*lead, -1)
-
-
-#: Official Swin-block names -> mmpretrain's ``SwinBlock``.
-_SWIN_BLOCK_NAMES = {
-    'attn.qkv.weight': 'attn.w_msa.qkv.weight',
-    'attn.qkv.bias': 'attn.w_msa.qkv.bias',
-    'attn.proj.weight': 'attn.w_msa.proj.weight',
-    'attn.proj.bias': 'attn.w_msa.proj.bias',
-    'attn.relative_position_bias_table':
-    'attn.w_msa.relative_position_bias_table',
-    'attn.relative_position_index': 'attn.w_msa.relative_position_index',
-    'mlp.fc1.weight': 'ffn.layers.0.0.weight',
-    'mlp.fc1.bias': 'ffn.layers.0.0.bias',
-    'mlp.fc2.weight': 'ffn.layers.1.weight',
-    'mlp.fc2.bias': 'ffn.layers.1.bias',
-}
+        """Official FLatten-Swin keys -> ours (see
+        :func:`~vitattn_mm.models.backbones.swin.convert_official_swin`);
+        in the FLatten blocks the official ``qkv`` is split into ``q`` /
+        ``kv``."""
+        return convert_official_swin(
+            state_dict, _convert_flatten_block,
+            lambda names: 'attn.dwc.weight' in names.split())
 
 
 def _convert_flatten_block(prefix: str, name: str, value: torch.Tensor,
@@ -379,10 +295,8 @@ def _convert_flatten_block(prefix: str, name: str, value: torch.Tensor,
     """One official FLatten-block tensor -> ours (``prefix`` + our name).
 
     Swin's fused ``attn.qkv`` becomes ``attn.q`` (first C rows) and
-    ``attn.kv``. The MLP becomes mmcv's ``FFN`` (``ffn.layers.0.0``,
-    ``ffn.layers.1``), or with PVTv2's depthwise conv (``conv_ffn``)
-    mmdet's ``MixFFN``: 1x1 convs ``ffn.layers.{0,4}`` around
-    ``ffn.layers.1``.
+    ``attn.kv``; the learned encoding a parameter of its module; the MLP as
+    in PVT's blocks (:func:`convert_pvt_block`).
     """
     if name.startswith('attn.qkv.'):
         q, kv = value.split([value.shape[0] // 3, value.shape[0] // 3 * 2])
@@ -393,17 +307,7 @@ def _convert_flatten_block(prefix: str, name: str, value: torch.Tensor,
         }
     if name == 'attn.positional_encoding':
         return {f'{prefix}attn.positional_encoding.weight': value}
-    m = re.match(r'mlp\.(fc1|fc2|dwconv\.dwconv)\.(weight|bias)', name)
-    if m:
-        layer, param = m.group(1), m.group(2)
-        if not conv_ffn:
-            layer = {'fc1': '0.0', 'fc2': '1'}[layer]
-            return {f'{prefix}ffn.layers.{layer}.{param}': value}
-        if layer != 'dwconv.dwconv' and param == 'weight':
-            value = value[:, :, None, None]
-        layer = {'fc1': 0, 'dwconv.dwconv': 1, 'fc2': 4}[layer]
-        return {f'{prefix}ffn.layers.{layer}.{param}': value}
-    return {prefix + name: value}
+    return convert_pvt_block(prefix, name, value, conv_ffn)
 
 
 @register_model
@@ -412,9 +316,10 @@ class FLattenPVT(AttnPVT):
 
     :class:`AttnPVT` with :class:`FocusedLinearAttention` (spatial reduction
     ``sr_ratios``; 1 in every released model, so the attention is global).
+    Unlike mmdet's PVT, partial patches are padded (``paddings='corner'``)
+    and every output gets a LayerNorm (``out_norm``) for dense prediction:
     PVT has no norm between stages and its official classifier pools the
-    raw last stage; outputs get a LayerNorm each (``out_norm``) for dense
-    prediction.
+    raw last stage.
 
     Args:
         arch (str | dict): 'tiny', 'small', 'medium', 'large' (or 't', 's',
@@ -424,9 +329,11 @@ class FLattenPVT(AttnPVT):
         focusing_factor (float): p of the focusing function. Default: 3.
         kernel_size (int): Depthwise conv kernel of the attention.
             Default: 5.
-        **kwargs: :class:`AttnPVT` arguments (``pretrain_img_size``,
-            ``sr_ratios``, ``drop_path_rate``, ``out_indices``,
-            ``out_norm``, ``with_cp``, ``frozen_stages``, ``init_cfg``...).
+        **kwargs: :class:`AttnPVT` arguments (mmdet's ``num_layers``,
+            ``embed_dims`` ..., ``pretrain_img_size``, ``sr_ratios``
+            (default 1 everywhere), ``drop_path_rate``, ``out_indices``,
+            ``out_norm`` (default True), ``with_cp``, ``frozen_stages``,
+            ``init_cfg``...).
     """
 
     def __init__(self,
@@ -439,12 +346,18 @@ class FLattenPVT(AttnPVT):
             dict(type='FocusedLinearAttention',
                  focusing_factor=focusing_factor,
                  kernel_size=kernel_size))
+        for key, value in dict(sr_ratios=(1, 1, 1, 1),
+                               paddings=('corner', ) * 4, out_norm=True,
+                               patch_norm_cfg=dict(type='LN')).items():
+            kwargs.setdefault(key, value)
         super().__init__(arch=arch, **kwargs)
 
     @classmethod
     def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:
-        """See :func:`_convert_official_pvt`."""
-        return _convert_official_pvt(state_dict)
+        """Official FLatten-PVT / PVTv2 keys -> ours (see
+        :func:`~vitattn_mm.models.backbones.pvt.convert_official_pvt`);
+        the learned encodings become parameters of their modules."""
+        return convert_official_pvt(state_dict, _convert_flatten_block)
 
 
 @register_model
@@ -458,43 +371,9 @@ class FLattenPVTv2(FLattenPVT, AttnPVTv2):
     """
 
     def __init__(self, arch: Union[str, dict] = 'b0', **kwargs):
+        kwargs.setdefault('paddings', (3, 1, 1, 1))
+        kwargs.setdefault('out_norm', False)
         super().__init__(arch=arch, **kwargs)
-
-
-def _convert_official_pvt(state_dict: StateDict) -> StateDict:
-    """Official FLatten-PVT / PVTv2 keys -> ours; others pass through.
-
-    ``patch_embed{i}`` -> ``stages.{i-1}.patch_embed`` (``proj`` ->
-    ``projection``), ``pos_embed{i}`` -> ``stages.{i-1}.pos_embed``,
-    ``block{i}.{j}`` -> ``stages.{i-1}.blocks.{j}`` (MLP as mmcv's FFN,
-    or PVTv2's as MixFFN), PVTv2's ``norm{i}`` -> ``stages.{i-1}.norm``.
-    PVT's final ``norm`` is dropped: the official model never applies it,
-    so it holds its initial values. ``head.*`` is left for the classifier.
-    """
-    if not any(re.match(r'block\d+\.', k) for k in state_dict):
-        return AttnPVT.convert_checkpoint(state_dict)
-    conv_ffn = any('.mlp.dwconv.' in k for k in state_dict)
-    converted = OrderedDict()
-    for key, value in state_dict.items():
-        if key.startswith('norm.'):
-            continue
-        m = re.match(r'block(\d+)\.(\d+)\.(.+)', key)
-        if m:
-            prefix = f'stages.{int(m.group(1)) - 1}.blocks.{m.group(2)}.'
-            converted.update(
-                _convert_flatten_block(prefix, m.group(3), value,
-                                       conv_ffn))
-            continue
-        m = re.match(r'(patch_embed|pos_embed|norm)(\d+)(.*)', key)
-        if m:
-            part, rest = m.group(1), m.group(3)
-            if part == 'patch_embed':
-                rest = rest.replace('.proj.', '.projection.')
-            elif part == 'pos_embed':
-                rest = '.weight'
-            key = f'stages.{int(m.group(2)) - 1}.{part}{rest}'
-        converted[key] = value
-    return converted
 
 
 @register_model
@@ -575,40 +454,48 @@ class FLattenDeiT(AttnViT):
     and resized bilinearly to the running grid, as in the other FLatten
     models; the position embedding is resized the same way.
 
-    The skeleton has no class token: the classifier pools the mean token
-    (``out_type='avg_featmap'``, through the last block's norm) where DeiT
-    reads its class token. The official repository released no FLatten-DeiT
-    code or weights, so there is no official layout to convert.
+    The focused linear attention works on the token grid, so there is no
+    class token: each output has its norm (``norm{i}``), and the classifier
+    pools the mean token through the last one (``out_type='avg_featmap'``,
+    the default in mmpretrain configs) where DeiT reads its class token.
+    The official repository released no FLatten-DeiT code or weights, so
+    there is no official layout to convert.
 
     Args:
-        arch (str | dict): 'tiny' (or 't', 'ti'), or a dict with
-            ``embed_dims``, ``depth`` and ``num_heads``. Default: 'tiny'.
+        arch (str | dict): 'tiny' (or 't', 'ti', 'deit-tiny', 'deit-t'),
+            or a dict with ``embed_dims``, ``depth`` and ``num_heads``.
+            Default: 'tiny'.
         focusing_factor (float): p of the focusing function. Default: 3.
         kernel_size (int): Depthwise conv kernel of the attention.
             Default: 5.
-        norm_cfg (dict): Norm layers. Default: ``dict(type='LN',
-            eps=1e-6)`` (DeiT's).
-        **kwargs: :class:`AttnViT` arguments (``patch_size``,
-            ``pretrain_img_size``, ``qkv_bias``, ``out_indices``,
-            ``out_type``, ``drop_path_rate``, ``with_cp``,
-            ``frozen_stages``, ``init_cfg``...).
+        **kwargs: :class:`AttnViT` arguments (``patch_size``, ``img_size``,
+            ``qkv_bias``, ``out_indices``, ``out_type``,
+            ``drop_path_rate``, ``with_cp``, ``frozen_stages``,
+            ``init_cfg``...).
     """
     arch_zoo = {
-        ('t', 'ti', 'tiny'): dict(embed_dims=192, depth=12, num_heads=3),
+        ('t', 'ti', 'tiny', 'deit-t', 'deit-tiny'):
+        dict(embed_dims=192, depth=12, num_heads=3),
     }
+    scope_defaults = NO_CLS_TOKEN_SCOPE_DEFAULTS
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
-                 norm_cfg: dict = dict(type='LN', eps=1e-6),
                  **kwargs):
         kwargs.setdefault(
             'attn_cfgs',
             dict(type='FocusedLinearAttention',
                  focusing_factor=focusing_factor,
                  kernel_size=kernel_size))
-        super().__init__(arch=arch, norm_cfg=norm_cfg, **kwargs)
+        for key, value in dict(with_cls_token=False, final_norm=False,
+                               out_norm=True,
+                               norm_cfg=dict(type='LN', eps=1e-6),
+                               patch_bias=True,
+                               interpolate_mode='bilinear').items():
+            kwargs.setdefault(key, value)
+        super().__init__(arch=arch, **kwargs)
 
 
 def _convert_flatten_cswin_block(prefix: str, name: str,

@@ -23,17 +23,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn import build_activation_layer, build_norm_layer
-from mmcv.cnn.bricks.transformer import AdaptivePadding
 from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.utils import ConditionalPositionEncoding
 
 from ...registry import ATTENTIONS, register_model
-from ..layers import (QueryAttention, StateDict, TransformerBlock,
-                      VitAttnBackbone, check_heads, crop_tokens, freeze_module,
-                      linear_drop_path_rates, pad_to_multiple, to_2tuple_int,
-                      window_partition, window_reverse)
+from ..layers import (QueryAttention, Stage, StagedBackbone, StateDict,
+                      TokenAttention, TransformerBlock, build_attention,
+                      check_heads, linear_drop_path_rates, resolve_attn_cfgs,
+                      to_2tuple_int)
+from ..layers.padding import CornerPadding, grid_after_stride
 
 class ConvStem(BaseModule):
     """Two 3x3 stride-2 convolutions, then a LayerNorm on the tokens.
@@ -64,8 +64,7 @@ class ConvStem(BaseModule):
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         hidden_dims = embed_dims // 2
-        self.adaptive_padding = AdaptivePadding(
-            kernel_size=4, stride=4, padding='corner')
+        self.adaptive_padding = CornerPadding(4)
         self.conv1 = nn.Conv2d(in_channels, hidden_dims, 3, 2, 1)
         self.norm1 = build_norm_layer(conv_norm_cfg, hidden_dims)[1]
         self.act = build_activation_layer(act_cfg)
@@ -83,7 +82,8 @@ class ConvStem(BaseModule):
 
 
 class ConvDownsample(BaseModule):
-    """LayerNorm on the tokens, then a 2x2 stride-2 convolution.
+    """LayerNorm on the tokens, then a 2x2 stride-2 convolution: what opens
+    every L2ViT stage but the first.
 
     Maps with an odd side are padded at the bottom/right first (official
     behaviour), so the grid becomes ``ceil(H/2) x ceil(W/2)``.
@@ -103,65 +103,18 @@ class ConvDownsample(BaseModule):
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.norm = build_norm_layer(norm_cfg, in_channels)[1]
-        self.adaptive_padding = AdaptivePadding(
-            kernel_size=2, stride=2, padding='corner')
+        self.adaptive_padding = CornerPadding(2)
         self.proj = nn.Conv2d(in_channels, out_channels, 2, 2)
 
-    def forward(self, x: torch.Tensor,
-                hw_shape: Tuple[int, int]) -> Tuple[torch.Tensor, tuple]:
-        x = nlc_to_nchw(self.norm(x), hw_shape)
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, tuple]:
+        """``(B, C, H, W)`` map -> ``(B, N, C')`` tokens and their grid."""
+        x = self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         x = self.proj(self.adaptive_padding(x))
         return nchw_to_nlc(x), tuple(x.shape[-2:])
 
 
 @ATTENTIONS.register_module()
-class LocalWindowAttention(BaseModule):
-    """Multi-head softmax attention inside each (already partitioned) window.
-
-    Swin's window attention without relative position bias (L2ViT encodes
-    positions with CPE) and, in L2ViT, without shift: ``softmax(q k^T /
-    sqrt(d)) v`` through ``F.scaled_dot_product_attention``. As a registered
-    window attention it also runs inside mmpretrain's ``ShiftWindowMSA``.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        qkv_bias (bool): Bias in the qkv projection. Default: True.
-        window_size (tuple[int, int], optional): Unused (the window
-            attention interface). Default: None.
-        init_cfg (dict, optional): Initialisation config. Default: None.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 qkv_bias: bool = True,
-                 window_size: Optional[Tuple[int, int]] = None,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        check_heads(embed_dims, num_heads)
-        self.num_heads = num_heads
-        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
-        self.proj = nn.Linear(embed_dims, embed_dims)
-
-    def forward(self,
-                windows: torch.Tensor,
-                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``(B * num_windows, N, C)`` -> same shape; ``mask``: Swin's
-        ``(num_windows, N, N)`` shift mask when run in ``ShiftWindowMSA``."""
-        B, N, C = windows.shape
-        qkv = self.qkv(windows).reshape(B, N, 3, self.num_heads,
-                                        C // self.num_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        if mask is not None:
-            mask = mask.unsqueeze(1).repeat(B // mask.shape[0], 1, 1, 1)
-            mask = mask.to(q.dtype)
-        x = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.proj(x.transpose(1, 2).reshape(B, N, C))
-
-
-@ATTENTIONS.register_module()
-class LinearGlobalAttention(BaseModule):
+class LinearGlobalAttention(TokenAttention):
     """ReLU linear attention over all tokens, keys and values first.
 
     Per head, with ``phi = ReLU`` and a learnable temperature ``s``
@@ -279,30 +232,38 @@ class LocalConcentrationModule(BaseModule):
 
 class L2ViTBlock(TransformerBlock):
     """The shared pre-norm block with L2ViT's conditional positional
-    encodings (CPE); the two block types override ``_forward``.
+    encodings (CPE) and, in LGA blocks, the Local Concentration Module.
+
+    ``x = cpe0(x)``; ``x = x + attn(norm1(x))``; then ``x = cpe1(x)``
+    (LWA blocks) or ``x = x + lcm(norm3(x))`` (LGA blocks);
+    ``x = x + mlp(norm2(x))``. The attention is any registered one: LWA
+    blocks have local windows (:class:`WindowedAttention` around
+    :class:`MultiheadSelfAttention`, the map padded to a multiple of the
+    window, padded tokens taking part as the official code has it), LGA
+    blocks :class:`LinearGlobalAttention`.
 
     Args:
         embed_dims (int): Channels C.
         attn (nn.Module): The block's attention.
+        local_window (bool): An LWA block (two CPEs); otherwise an LGA
+            block (one CPE and the LCM).
         mlp_ratio (float): MLP hidden channels / C. Default: 4.
         drop_path (float): Stochastic depth rate. Default: 0.
-        num_cpe (int): Conditional positional encodings of the block.
-            Default: 1.
+        lcm_kernel_size (int): Kernel of the LCM convolutions. Default: 7.
         norm_cfg (dict): Default: ``dict(type='LN')``.
         act_cfg (dict): MLP activation. Default: ``dict(type='GELU')``.
-        with_cp (bool): Gradient checkpointing. Default: False.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
     def __init__(self,
                  embed_dims: int,
                  attn: nn.Module,
+                 local_window: bool,
                  mlp_ratio: float = 4.,
                  drop_path: float = 0.,
-                 num_cpe: int = 1,
+                 lcm_kernel_size: int = 7,
                  norm_cfg: dict = dict(type='LN'),
                  act_cfg: dict = dict(type='GELU'),
-                 with_cp: bool = False,
                  init_cfg: Optional[dict] = None):
         super().__init__(
             embed_dims,
@@ -311,118 +272,61 @@ class L2ViTBlock(TransformerBlock):
             drop_path=drop_path,
             act_cfg=act_cfg,
             norm_cfg=norm_cfg,
-            with_cp=with_cp,
             init_cfg=init_cfg)
         self.cpe = ModuleList([
             ConditionalPositionEncoding(embed_dims, embed_dims)
-            for _ in range(num_cpe)
+            for _ in range(2 if local_window else 1)
         ])
+        if not local_window:
+            self.norm3 = build_norm_layer(norm_cfg, embed_dims)[1]
+            self.local_mp = LocalConcentrationModule(embed_dims,
+                                                     lcm_kernel_size)
 
-
-class LWABlock(L2ViTBlock):
-    """Local Window Attention block.
-
-    ``x = cpe0(x)``; ``x = x + attn(norm1(x))`` in non-overlapping windows
-    (the map padded to a multiple of the window, padded tokens taking part
-    as the official code has it, then cropped back); ``x = cpe1(x)``;
-    ``x = x + mlp(norm2(x))``.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        window_size (int | tuple[int, int]): Window. Default: 7.
-        qkv_bias (bool): Default: True.
-        **kwargs: :class:`L2ViTBlock` arguments.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 window_size: Union[int, Tuple[int, int]] = 7,
-                 qkv_bias: bool = True,
-                 **kwargs):
-        super().__init__(
-            embed_dims,
-            LocalWindowAttention(embed_dims, num_heads, qkv_bias),
-            num_cpe=2,
-            **kwargs)
-        self.window_size = to_2tuple_int(window_size)
-
-    def _forward(self, x: torch.Tensor,
-                 hw_shape: Tuple[int, int]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hw_shape: Tuple[int, int],
+                state=None):
         x = self.cpe[0](x, hw_shape)
-        windows, padded_hw = pad_to_multiple(
-            self.norm1(x), hw_shape, self.window_size)
-        windows = self.attn(window_partition(windows, self.window_size))
-        attn = crop_tokens(
-            window_reverse(windows, padded_hw, self.window_size), hw_shape)
-        x = x + self.drop_path(attn)
-        x = self.cpe[1](x, hw_shape)
-        return self.ffn(self.norm2(x), identity=x)
+        out, state = self.attend(self.norm1(x), hw_shape, state)
+        x = x + self.drop_path(out)
+        if len(self.cpe) > 1:
+            x = self.cpe[1](x, hw_shape)
+        else:
+            x = x + self.drop_path(self.local_mp(self.norm3(x), hw_shape))
+        return self.feed_forward(x, hw_shape), state
 
 
-class LGABlock(L2ViTBlock):
-    """Linear Global Attention block, with the Local Concentration Module.
-
-    ``x = cpe0(x)``; ``x = x + attn(norm1(x))`` over the whole map;
-    ``x = x + lcm(norm3(x))``; ``x = x + mlp(norm2(x))``.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        qkv_bias (bool): Default: True.
-        denominator_min (float): Clamp of the linear attention's
-            normaliser. Default: 100.
-        lcm_kernel_size (int): Kernel of the LCM convolutions. Default: 7.
-        **kwargs: :class:`L2ViTBlock` arguments.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 qkv_bias: bool = True,
-                 denominator_min: float = 100.,
-                 lcm_kernel_size: int = 7,
-                 norm_cfg: dict = dict(type='LN'),
-                 **kwargs):
-        super().__init__(
-            embed_dims,
-            LinearGlobalAttention(embed_dims, num_heads, qkv_bias,
-                                  denominator_min),
-            num_cpe=1,
-            norm_cfg=norm_cfg,
-            **kwargs)
-        self.norm3 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.local_mp = LocalConcentrationModule(embed_dims, lcm_kernel_size)
-
-    def _forward(self, x: torch.Tensor,
-                 hw_shape: Tuple[int, int]) -> torch.Tensor:
-        x = self.cpe[0](x, hw_shape)
-        x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
-        x = x + self.drop_path(self.local_mp(self.norm3(x), hw_shape))
-        return self.ffn(self.norm2(x), identity=x)
+#: L2ViT's attentions: local windows in even blocks, linear global
+#: attention in odd ones.
+L2VIT_LOCAL = dict(type='WindowedAttention', window_msa='LocalWindowAttention')
+L2VIT_GLOBAL = dict(type='LinearGlobalAttention')
 
 
 @register_model
-class L2ViT(VitAttnBackbone):
+class L2ViT(StagedBackbone):
     """L2ViT backbone: LWA and LGA blocks in alternation.
 
     Layout (paper Table 13): a convolutional stem to stride 4, then four
-    stages, each but the first opened by a LayerNorm + 2x2 stride-2 conv;
-    stage ``i`` holds ``depths[i]`` blocks alternating LWA, LGA, LWA, LGA...
-    Every output index gets its own LayerNorm (``norm{i}``), and outputs are
-    NCHW maps.
+    stages, each but the first opened by a LayerNorm + 2x2 stride-2 conv
+    (``stages.{i}.patch_embed``); stage ``i`` holds ``depths[i]`` blocks
+    alternating LWA, LGA, LWA, LGA... Every output index gets its own
+    LayerNorm (``norm{i}``), and outputs are NCHW maps.
 
     Any input size works: the stem and the downsampling layers pad odd maps
     at the bottom/right and the window attention pads to a multiple of the
     window, cropping back, exactly as the official code. There is no
-    position embedding (CPE follows the running map), so the backbone has no
-    ``pretrain_img_size``.
+    position embedding (CPE follows the running map); ``pretrain_img_size``
+    only sizes the learned encodings of attentions swapped in that have
+    them.
 
     Args:
         arch (str | dict): 'tiny', 'small', 'base' (or 't', 's', 'b'), or a
             dict with ``embed_dims``, ``depths`` and ``num_heads`` (one per
             stage). Default: 'tiny'.
+        attn_cfgs (dict | list, optional): The attention of every stage (a
+            dict), of each stage or of each block (lists), None for
+            L2ViT's (``L2VIT_LOCAL`` in even blocks, ``L2VIT_GLOBAL`` in odd
+            ones); the blocks keep L2ViT's CPE and LCM around any.
+            Default: None.
+        pretrain_img_size (int | tuple[int, int]): See above. Default: 224.
         in_channels (int): Input channels. Default: 3.
         window_size (int): LWA window (12 for 384 fine-tuning). Default: 7.
         mlp_ratio (float): MLP hidden channels / C. Default: 4.
@@ -437,17 +341,11 @@ class L2ViT(VitAttnBackbone):
         norm_cfg (dict): Token norms. Default: ``dict(type='LN')``.
         conv_norm_cfg (dict): Norms of the stem and the LCM.
             Default: ``dict(type='BN')``.
-        with_cp (bool): Gradient checkpointing per block (BatchNorm
-            statistics of the LCM then update twice per step).
-            Default: False.
-        frozen_stages (int): Freeze the stem and stages ``0..frozen_stages``
-            (with their downsampling and output norms); -1 freezes nothing.
-            Default: -1.
-        norm_eval (bool): Keep the BatchNorms of the stem and the LCMs in
-            eval mode. Default: False.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...,
-            state_dict_key=None | 'model' | 'model_ema')`` loads official
-            or converted weights. Default: None.
+        **kwargs: :class:`StagedBackbone`'s ``frozen_stages``,
+            ``norm_eval`` (here the BatchNorms of the stem and the LCMs),
+            ``with_cp`` (the LCM's BatchNorm statistics then update twice
+            per step), ``pretrained`` and ``init_cfg`` (official files
+            load too: ``state_dict_key=None | 'model' | 'model_ema'``).
 
     Example:
         >>> import torch
@@ -474,6 +372,8 @@ class L2ViT(VitAttnBackbone):
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
+                 attn_cfgs: Optional[Union[dict, Sequence]] = None,
+                 pretrain_img_size: Union[int, Tuple[int, int]] = 224,
                  in_channels: int = 3,
                  window_size: int = 7,
                  mlp_ratio: float = 4.,
@@ -484,53 +384,49 @@ class L2ViT(VitAttnBackbone):
                  out_indices: Union[int, Sequence[int]] = (0, 1, 2, 3),
                  norm_cfg: dict = dict(type='LN'),
                  conv_norm_cfg: dict = dict(type='BN'),
-                 with_cp: bool = False,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(frozen_stages, norm_eval, init_cfg)
+                 **kwargs):
         arch = self.parse_arch(arch)
+        super().__init__(len(arch['depths']), out_indices, **kwargs)
         embed_dims, depths = arch['embed_dims'], arch['depths']
-        num_stages = len(depths)
+        num_stages = self.num_stages
         self.embed_dims = embed_dims
-        self.out_indices = self.normalize_out_indices(out_indices,
-                                                      num_stages)
+        self.num_features = list(embed_dims)
         # Below one stride of the last stage, its tokens would be padding.
         self.min_input_size = 4 * 2**(num_stages - 1)
 
-        self.downsample_layers = ModuleList([
-            ConvStem(in_channels, embed_dims[0], conv_norm_cfg,
-                     norm_cfg=norm_cfg)
-        ] + [
-            ConvDownsample(embed_dims[i - 1], embed_dims[i], norm_cfg)
-            for i in range(1, num_stages)
-        ])
+        def default(stage, block):
+            if block % 2:
+                return dict(L2VIT_GLOBAL, denominator_min=denominator_min)
+            return dict(L2VIT_LOCAL, window_size=window_size)
 
+        cfgs = resolve_attn_cfgs(attn_cfgs, depths, default)
         rates = linear_drop_path_rates(drop_path_rate, sum(depths))
-        self.stages = ModuleList()
+        grid = to_2tuple_int(pretrain_img_size)
         for i, depth in enumerate(depths):
+            grid = grid_after_stride(grid, 4 if i == 0 else 2)
+            if i == 0:
+                patch_embed = ConvStem(in_channels, embed_dims[0],
+                                       conv_norm_cfg, norm_cfg=norm_cfg)
+            else:
+                patch_embed = ConvDownsample(embed_dims[i - 1],
+                                             embed_dims[i], norm_cfg)
             blocks = ModuleList()
             for j in range(depth):
-                common = dict(
-                    embed_dims=embed_dims[i],
-                    num_heads=arch['num_heads'][i],
-                    qkv_bias=qkv_bias,
+                cfg = cfgs[i][j]
+                blocks.append(L2ViTBlock(
+                    embed_dims[i],
+                    build_attention(cfg, context=dict(grid_size=grid),
+                                    embed_dims=embed_dims[i],
+                                    num_heads=arch['num_heads'][i],
+                                    qkv_bias=qkv_bias),
+                    local_window=j % 2 == 0,
                     mlp_ratio=mlp_ratio,
                     drop_path=rates[sum(depths[:i]) + j],
-                    norm_cfg=norm_cfg,
-                    with_cp=with_cp)
-                if j % 2 == 0:
-                    blocks.append(LWABlock(window_size=window_size, **common))
-                else:
-                    blocks.append(
-                        LGABlock(denominator_min=denominator_min,
-                                 lcm_kernel_size=lcm_kernel_size,
-                                 **common))
-            self.stages.append(blocks)
-
-        for i in self.out_indices:
-            self.add_module(f'norm{i}',
-                            build_norm_layer(norm_cfg, embed_dims[i])[1])
+                    lcm_kernel_size=lcm_kernel_size,
+                    norm_cfg=norm_cfg))
+            self.stages.append(Stage(blocks, patch_embed=patch_embed))
+        self.add_output_norms(embed_dims,
+                              lambda c: build_norm_layer(norm_cfg, c)[1])
         self.apply(self._init_weights)
 
     @staticmethod
@@ -542,39 +438,19 @@ class L2ViT(VitAttnBackbone):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.check_input_size(x)
-        outs = []
-        for i, blocks in enumerate(self.stages):
-            if i == 0:
-                x, hw_shape = self.downsample_layers[0](x)
-            else:
-                x, hw_shape = self.downsample_layers[i](x, hw_shape)
-            for block in blocks:
-                x = block(x, hw_shape)
-            if i in self.out_indices:
-                out = getattr(self, f'norm{i}')(x)
-                outs.append(nlc_to_nchw(out, hw_shape))
-        return tuple(outs)
-
-    def _freeze_stages(self) -> None:
-        for i in range(min(self.frozen_stages + 1, len(self.stages))):
-            freeze_module(self.downsample_layers[i])
-            freeze_module(self.stages[i])
-            if i in self.out_indices:
-                freeze_module(getattr(self, f'norm{i}'))
-
     @classmethod
     def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:
         """Official L2ViT keys -> ours; other layouts pass through.
 
-        Renamed: the stem's ``downsample_layers.0.proj.proj.{0,1,3,4}`` ->
-        ``downsample_layers.0.{conv1,norm1,conv2,norm2}``; ``mlp.fc1`` /
-        ``mlp.fc2`` -> mmcv FFN's ``ffn.layers.0.0`` / ``ffn.layers.1``;
-        the LCM's ``local_mp.bn`` -> ``local_mp.norm`` (so one ``'norm'``
-        rule covers every norm in optimizer configs); the classifier's final
-        ``norm`` -> ``norm{last stage}``. Every other name is the official
-        one. ``head.*`` is left for the classifier.
+        Renamed: ``downsample_layers.{i}`` -> ``stages.{i}.patch_embed``
+        (the stem's ``proj.proj.{0,1,3,4}`` -> ``conv1, norm1, conv2,
+        norm2``); ``stages.{i}.{j}`` -> ``stages.{i}.blocks.{j}`` (the LWA
+        blocks' attention under ``attn.w_msa``, see
+        :meth:`WindowedAttention.migrate_keys`); ``mlp.fc1`` / ``mlp.fc2``
+        -> mmcv FFN's ``ffn.layers.0.0`` / ``ffn.layers.1``; the LCM's
+        ``local_mp.bn`` -> ``local_mp.norm`` (so one ``'norm'`` rule covers
+        every norm in optimizer configs); the classifier's final ``norm`` ->
+        ``norm{last stage}``. ``head.*`` is left for the classifier.
         """
         if not any('.mlp.fc1.' in k or '.proj.proj.' in k
                    for k in state_dict):
@@ -583,22 +459,46 @@ class L2ViT(VitAttnBackbone):
             (int(k.split('.')[1])
              for k in state_dict if re.match(r'stages\.\d+\.', k)),
             default=3)
+        lga_blocks = {
+            m.group(1)
+            for m in (re.match(r'(stages\.\d+\.\d+)\.local_mp\.', k)
+                      for k in state_dict) if m
+        }
         converted = OrderedDict()
         for key, value in state_dict.items():
             for pattern, replacement in _OFFICIAL_RENAMES:
                 key = re.sub(pattern, replacement, key)
+            m = re.match(r'(stages\.(\d+)\.(\d+))\.(.+)', key)
+            if m:
+                name = m.group(4)
+                if m.group(1) not in lga_blocks and name.startswith('attn.'):
+                    name = 'attn.w_msa.' + name[len('attn.'):]
+                key = f'stages.{m.group(2)}.blocks.{m.group(3)}.{name}'
             if key.startswith('norm.'):
                 key = f'norm{num_stages - 1}.' + key[len('norm.'):]
             converted[key] = value
         return converted
 
+    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
+        """0.2's layout (``downsample_layers.{i}``, ``stages.{i}.{j}``) ->
+        ``stages.{i}.patch_embed``, ``stages.{i}.blocks.{j}``."""
+        p = re.escape(prefix)
+        for key in [k for k in state_dict if k.startswith(prefix)]:
+            new = re.sub(rf'^{p}downsample_layers\.(\d+)\.',
+                         rf'{prefix}stages.\1.patch_embed.', key)
+            new = re.sub(rf'^{p}stages\.(\d+)\.(\d+)\.',
+                         rf'{prefix}stages.\1.blocks.\2.', new)
+            if new != key:
+                state_dict[new] = state_dict.pop(key)
+
 
 #: Official name patterns -> ours (applied to every key, in order).
 _OFFICIAL_RENAMES = (
-    (r'^downsample_layers\.0\.proj\.proj\.0\.', 'downsample_layers.0.conv1.'),
-    (r'^downsample_layers\.0\.proj\.proj\.1\.', 'downsample_layers.0.norm1.'),
-    (r'^downsample_layers\.0\.proj\.proj\.3\.', 'downsample_layers.0.conv2.'),
-    (r'^downsample_layers\.0\.proj\.proj\.4\.', 'downsample_layers.0.norm2.'),
+    (r'^downsample_layers\.0\.proj\.proj\.0\.', 'stages.0.patch_embed.conv1.'),
+    (r'^downsample_layers\.0\.proj\.proj\.1\.', 'stages.0.patch_embed.norm1.'),
+    (r'^downsample_layers\.0\.proj\.proj\.3\.', 'stages.0.patch_embed.conv2.'),
+    (r'^downsample_layers\.0\.proj\.proj\.4\.', 'stages.0.patch_embed.norm2.'),
+    (r'^downsample_layers\.(\d+)\.', r'stages.\1.patch_embed.'),
     (r'\.mlp\.fc1\.', '.ffn.layers.0.0.'),
     (r'\.mlp\.fc2\.', '.ffn.layers.1.'),
     (r'\.local_mp\.bn\.', '.local_mp.norm.'),

@@ -1,45 +1,48 @@
-"""LaViT: Less-Attention Vision Transformer, on a PVT base, at any input size.
+"""LaViT: Less-Attention, as stateful attentions that plug into every
+skeleton, and the paper's backbones.
 
 Zhang et al., "You Only Need Less Attention at Each Stage in Vision
 Transformers", CVPR 2024 (https://arxiv.org/abs/2406.00427). No official
 code exists; this is our reading of the paper, made to serve dense
 prediction (see ``docs/lavit.md`` for every decision and deviation).
 
-Each stage of a PVT (patch embedding, absolute position embedding, blocks
-with spatial-reduction attention) starts with Vanilla Attention (VA) layers
-and continues with Less-Attention (LA) layers, which compute no ``Q K^T``:
-they transform the previous layer's pre-softmax attention logits and apply
-their softmax to their own values (paper Eq. 5). The Attention Residual
-(Eq. 6-7) carries the previous stage's last logits into the first layer of
-the next, and the Diagonality-Preserving loss (Eq. 9, in a bounded,
-resolution-independent form) keeps the transformed maps attention-like.
+Vanilla Attention (VA) layers compute attention logits; Less-Attention (LA)
+layers compute no ``Q K^T``: they transform the previous layer's
+pre-softmax logits and apply their softmax to their own values (paper
+Eq. 5). The Attention Residual (Eq. 6-7) carries a stage's last logits into
+the first VA layer of the next, and the Diagonality-Preserving loss (Eq. 9,
+in a bounded, resolution-independent form) keeps the transformed maps
+attention-like. The logits travel in a :class:`LessAttentionState`, the
+explicit state of the attention protocol: any skeleton threads it through
+its blocks, so :class:`VanillaAttention` and :class:`LessAttention` work in
+the PVT, ViT, Swin (in windows), CSwin and L2ViT skeletons alike, and the
+skeleton hands the state's ``loss_dp`` to the task model.
 
-Shapes: the attention logits of a stage are ``(B, heads, N_q, N_k)``: queries
-on the stage grid, keys on the spatially reduced grid. With the spatial
-reductions 8, 4, 2, 1 every stage has the same key grid (ceil(H/32) x
-ceil(W/32); the reductions pad like the patch embeddings), so only the query
-grid changes between stages.
+Shapes: the logits are ``(B, heads, N_q, N_k)``: queries on the layer's
+grid, keys on its spatially reduced grid (in windows, ``B`` counts windows
+and both grids are the window). With PVT's spatial reductions 8, 4, 2, 1
+every stage has the same key grid (ceil(H/32) x ceil(W/32); the reductions
+pad like the patch embeddings), so only the query grid changes between
+stages.
 """
+import dataclasses
 import math
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mmcv.cnn.bricks.transformer import PatchEmbed
-from mmdet.models.layers import nlc_to_nchw
 from mmengine.model import BaseModule
 from mmpretrain.models.utils import LayerScale
 
 from ...registry import ATTENTIONS, register_model
-from ..aux_loss import AuxLossBackbone
-from ..layers import (RelativePositionBias, check_heads, crop_tokens,
-                      grid_after_stride, is_capturing, pad_to_multiple,
-                      shifted_window_mask, split_heads, to_2tuple_int,
-                      window_partition, window_reverse)
-from .pvt import PVT_WIDTHS, AttnPVT
+from ..layers import (AttentionState, QueryAttention, RelativePositionBias,
+                      split_heads, to_2tuple_int)
+from ..layers.padding import grid_after_stride, is_capturing
+from .pvt import PVT_WIDTHS, AttnPVT, SpatialReduction, \
+    SpatialReductionAttention
 from .swin import AttnSwinTransformer
-from .vit import AttnViT
+from .vit import NO_CLS_TOKEN_SCOPE_DEFAULTS, AttnViT
 
 Grid = Tuple[int, int]
 
@@ -198,115 +201,200 @@ def build_attention_transform(cfg: dict, num_heads: int,
                      f'got {kind!r}')
 
 
-def transform_cfg(la_transform: str, la_kernel_size: int,
-                  input_size: Grid) -> dict:
-    """A backbone's ``la_transform`` / ``la_kernel_size`` arguments as the
-    ``transform`` config of its :class:`LessAttention` layers."""
-    if la_transform == 'conv':
-        return dict(type='conv', kernel_size=la_kernel_size)
-    if la_transform == 'dense':
-        return dict(type='dense', input_size=to_2tuple_int(input_size))
-    raise ValueError("la_transform must be 'conv' or 'dense', got "
-                     f'{la_transform!r}')
+# -------------------------------------------------------------------- state
+@dataclasses.dataclass(frozen=True)
+class LessAttentionState(AttentionState):
+    """What Less-Attention layers pass on, one per forward pass.
+
+    Args:
+        logits (Tensor, optional): The last kept pre-softmax logits,
+            ``(B * windows, heads, N_q, N_k)``.
+        query_hw (tuple[int, int]): Their query grid.
+        key_hw (tuple[int, int]): Their key grid.
+        windows (int): Windows per image the logits are batched over (1
+            outside windows; set by the window wrapper).
+        maps (tuple): ``(logits, query_hw, key_hw, weight)`` of the LA
+            layers of a training pass, for the Diagonality-Preserving loss.
+    """
+    logits: Optional[torch.Tensor] = None
+    query_hw: Optional[Grid] = None
+    key_hw: Optional[Grid] = None
+    windows: int = 1
+    maps: tuple = ()
+
+    def replace(self, **changes) -> 'LessAttentionState':
+        return dataclasses.replace(self, **changes)
+
+    def in_windows(self, windows_per_image: int) -> 'LessAttentionState':
+        return self.replace(windows=windows_per_image)
+
+    def aux_losses(self) -> dict:
+        """``loss_dp``: the weighted mean of the LA maps'
+        Diagonality-Preserving losses (none without maps)."""
+        if not self.maps:
+            return {}
+        total = sum(weight * diagonality_preserving_loss(logits, qhw, khw)
+                    for logits, qhw, khw, weight in self.maps)
+        return {'loss_dp': total / len(self.maps)}
+
+
+def _state(state: Optional[AttentionState]) -> LessAttentionState:
+    if state is None:
+        return LessAttentionState()
+    if not isinstance(state, LessAttentionState):
+        raise TypeError(f'a Less-Attention layer got a {type(state).__name__}'
+                        ' state from the layer before it')
+    return state
+
+
+def _combine_bias(B: int, *terms: Optional[torch.Tensor],
+                  mask: Optional[torch.Tensor] = None):
+    """Additive terms of ``(B, heads, N_q, N_k)`` logits, and how to view
+    q / k / v so they broadcast: ``(heads, N, N)`` (relative position
+    bias) broadcasts as is; ``(B_img, heads, N, N)`` with ``B_img < B``
+    (one residual per image, in windows) and Swin's ``(nW, N, N)`` mask
+    need the windows of an image in a dimension of their own.
+
+    Returns:
+        tuple: ``(bias, windows)``, ``windows`` the per-image window count
+        to view ``(B, ...)`` tensors as ``(B / windows, windows, ...)``
+        (None: no view needed).
+    """
+    terms = [t for t in terms if t is not None]
+    per_image = [t for t in terms if t.dim() == 4 and t.shape[0] != B]
+    windows = None
+    if mask is not None:
+        windows = mask.shape[0]
+    elif per_image:
+        windows = B // per_image[0].shape[0]
+    if windows is None:
+        bias = None
+        for t in terms:
+            bias = t if bias is None else bias + t
+        return bias, None
+    bias = mask[:, None] if mask is not None else None
+    for t in terms:
+        t = t[:, None] if t.dim() == 4 else t  # per image -> (B_img, 1, ...)
+        bias = t if bias is None else bias + t
+    return bias, windows
 
 
 # ---------------------------------------------------------------- attention
-class SpatialReductionAttention(BaseModule):
-    """What VA and LA layers share: PVT's spatial reduction (keys and values
-    from a strided conv + LayerNorm of the map, corner-padded so the key grid
-    is ``ceil(H / sr) x ceil(W / sr)``), head split / merge and the output
-    projection."""
-
-    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1):
-        super().__init__()
-        check_heads(embed_dims, num_heads)
-        self.embed_dims = embed_dims
-        self.num_heads = num_heads
-        self.sr_ratio = sr_ratio
-        if sr_ratio > 1:
-            self.sr = PatchEmbed(
-                embed_dims,
-                embed_dims,
-                kernel_size=sr_ratio,
-                stride=sr_ratio,
-                padding='corner',
-                norm_cfg=dict(type='LN'))
-        self.proj = nn.Linear(embed_dims, embed_dims)
-
-    def reduce(self, x: torch.Tensor, hw_shape: Grid):
-        """Tokens the keys / values come from, and their grid."""
-        if self.sr_ratio == 1:
-            return x, tuple(hw_shape)
-        return self.sr(nlc_to_nchw(x, hw_shape))
-
-    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        return split_heads(x, self.num_heads)
-
-    def output(self, out: torch.Tensor) -> torch.Tensor:
-        """Merge the heads of ``(B, heads, N, C / heads)``, project."""
-        B, _, N, _ = out.shape
-        return self.proj(out.transpose(1, 2).reshape(B, N, self.embed_dims))
-
-    def extra_repr(self) -> str:
-        return (f'embed_dims={self.embed_dims}, num_heads={self.num_heads}, '
-                f'sr_ratio={self.sr_ratio}')
-
-
 @ATTENTIONS.register_module()
 class VanillaAttention(SpatialReductionAttention):
-    """VA layer: PVT's spatial-reduction attention (paper Eq. 4).
+    """VA layer: softmax attention (paper Eq. 4) that keeps its logits for
+    the layers after it.
 
-    ``forward(x, hw_shape, bias)`` adds ``bias`` (the Attention Residual) to
-    the logits. With ``keep_logits`` the logits are materialised and
-    returned (an LA layer or the next stage's residual uses them);
-    otherwise the fused ``scaled_dot_product_attention`` runs and None is
-    returned.
+    PVT's spatial-reduction attention (``sr_ratio``; corner-padded, so the
+    key grid is ``ceil(H / sr) x ceil(W / sr)``), with Swin's relative
+    position bias when it runs in a window (``window_size``). Its logits
+    get the Attention Residual of the previous stage's last logits when it
+    is a stage's first layer (``residual``), and are kept in the state
+    (``keep_logits``) when an LA layer or the next stage's residual reuses
+    them; otherwise the fused kernel runs and the state drops older logits.
 
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Attention heads.
         sr_ratio (int): Spatial reduction of keys and values. Default: 1.
         qkv_bias (bool): Bias in the q / kv projections. Default: True.
-        keep_logits (bool): Return the pre-softmax logits. Default: False.
+        keep_logits (bool): Keep the pre-softmax logits. Default: False.
+        residual (dict, optional): The Attention Residual from the previous
+            stage: ``dict(type='conv' | 'window', in_heads=..., 
+            layer_scale_init=0.1)`` (:class:`AttentionResidual`,
+            :class:`WindowAttentionResidual`). Default: None.
+        window_size (tuple[int, int], optional): The window it runs in
+            (adds a relative position bias). Default: None.
+        sr_padding (int | str): See :class:`SpatialReduction`.
+            Default: 'corner'.
+        **kwargs: Other :class:`SpatialReductionAttention` arguments.
     """
+    stateful = True
 
     def __init__(self,
                  embed_dims: int,
                  num_heads: int,
                  sr_ratio: int = 1,
                  qkv_bias: bool = True,
-                 keep_logits: bool = False):
-        super().__init__(embed_dims, num_heads, sr_ratio)
+                 keep_logits: bool = False,
+                 residual: Optional[dict] = None,
+                 window_size: Optional[Grid] = None,
+                 sr_padding: Union[int, str] = 'corner',
+                 **kwargs):
+        super().__init__(embed_dims, num_heads, sr_ratio, qkv_bias=qkv_bias,
+                         sr_padding=sr_padding, **kwargs)
         self.keep_logits = keep_logits
-        self.scale = (embed_dims // num_heads)**-0.5
-        self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
-        self.kv = nn.Linear(embed_dims, embed_dims * 2, bias=qkv_bias)
+        self.grid_free = False
+        self.relative_position_bias = None if window_size is None else \
+            RelativePositionBias(to_2tuple_int(window_size), num_heads)
+        self.residual = None if residual is None else \
+            build_attention_residual(residual, num_heads, window_size)
 
     def forward(self,
                 x: torch.Tensor,
                 hw_shape: Grid,
-                bias: Optional[torch.Tensor] = None):
-        q = self.split_heads(self.q(x))
-        kv_tokens, _ = self.reduce(x, hw_shape)
-        k, v = map(self.split_heads, self.kv(kv_tokens).chunk(2, dim=-1))
+                state: Optional[AttentionState] = None,
+                mask: Optional[torch.Tensor] = None):
+        state = _state(state)
+        q, k, v, kv_hw = self.project(x, hw_shape)
+        rpb = None if self.relative_position_bias is None else \
+            self.relative_position_bias()
+        residual = None
+        if self.residual is not None and state.logits is not None:
+            residual = self.residual(state, tuple(hw_shape))
+        B = q.shape[0]
         if not self.keep_logits:
-            if bias is not None:
-                bias = bias.to(q.dtype)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-            return self.output(out), None
+            bias, windows = _combine_bias(B, rpb, residual, mask=mask)
+            if windows:
+                q, k, v = (t.unflatten(0, (-1, windows)) for t in (q, k, v))
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=None if bias is None else bias.to(q.dtype),
+                scale=self.scale)
+            out = out.flatten(0, 1) if windows else out
+            return self.output(out), state.replace(logits=None)
+        bias, windows = _combine_bias(B, rpb, residual)
         logits = (q * self.scale) @ k.transpose(-2, -1)
         if bias is not None:
-            logits = logits + bias
-        return self.output(logits.softmax(dim=-1).to(v.dtype) @ v), logits
+            logits = (logits.unflatten(0, (-1, windows)) + bias).flatten(
+                0, 1) if windows else logits + bias
+        out = _masked_softmax(logits, mask).to(v.dtype) @ v
+        # Kept without the shift mask: an LA layer re-adds its own.
+        return self.output(out), state.replace(
+            logits=logits, query_hw=tuple(hw_shape), key_hw=kv_hw, windows=1)
+
+    @torch.no_grad()
+    def query_attention(self, x, hw_shape, index, state=None):
+        """The softmax weights of query ``index`` (relative position bias
+        and, given the state, the Attention Residual included)."""
+        q, k, _, kv_hw = self.project(x[:1], hw_shape)
+        q, k = q[0], k[0]
+        logits = ((q[:, index:index + 1] * self.scale) @
+                  k.transpose(-2, -1))[:, 0]
+        if self.relative_position_bias is not None:
+            logits = logits + self.relative_position_bias()[:, index]
+        if self.residual is not None and state is not None and \
+                _state(state).logits is not None:
+            residual = self.residual(_first_image(state), tuple(hw_shape))
+            logits = logits + residual[0, :, index]
+        return QueryAttention(logits.softmax(-1), kv_hw, q[:, index], k,
+                              self.scale)
+
+    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
+        _migrate_reduction_keys(state_dict, prefix)
+
+    def extra_repr(self) -> str:
+        return f'{super().extra_repr()}, keep_logits={self.keep_logits}'
 
 
 @ATTENTIONS.register_module()
-class LessAttention(SpatialReductionAttention):
+class LessAttention(SpatialReduction):
     """LA layer: no queries, no keys (paper Eq. 5).
 
-    ``forward(x, hw_shape, prev_logits)`` transforms the previous layer's
-    logits with ``transform`` and applies their softmax to this layer's own
-    values; returns ``(output, logits)``.
+    Transforms the previous layer's logits (from the state) with
+    ``transform`` and applies their softmax to this layer's own values; the
+    transformed logits replace them in the state. In a training pass with
+    gradients and ``dp_loss_weight > 0`` they are also collected for the
+    Diagonality-Preserving loss.
 
     Args:
         embed_dims (int): Channels C.
@@ -322,7 +410,14 @@ class LessAttention(SpatialReductionAttention):
         grid_size (tuple[int, int], optional): Query grid at the
             pretraining size (what the dense transform is built for).
             Default: None.
+        dp_loss_weight (float): Weight of this layer's map in ``loss_dp``.
+            Default: 0.
+        sr_padding (int | str): See :class:`SpatialReduction`.
+            Default: 'corner'.
+        **kwargs: Other :class:`SpatialReduction` arguments.
     """
+    stateful = True
+    takes_mask = True
 
     def __init__(self,
                  embed_dims: int,
@@ -330,8 +425,14 @@ class LessAttention(SpatialReductionAttention):
                  sr_ratio: int = 1,
                  transform: Union[nn.Module, dict] = dict(type='conv'),
                  qkv_bias: bool = True,
-                 grid_size: Optional[Grid] = None):
-        super().__init__(embed_dims, num_heads, sr_ratio)
+                 grid_size: Optional[Grid] = None,
+                 dp_loss_weight: float = 0.,
+                 sr_padding: Union[int, str] = 'corner',
+                 **kwargs):
+        super().__init__(embed_dims, num_heads, sr_ratio,
+                         sr_padding=sr_padding, **kwargs)
+        self.grid_free = False
+        self.dp_loss_weight = dp_loss_weight
         self.v = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         if isinstance(transform, dict):
             transform = build_attention_transform(
@@ -340,168 +441,101 @@ class LessAttention(SpatialReductionAttention):
                     grid_size, sr_ratio))
         self.transform = transform
 
+    @classmethod
+    def layer_plan(cls, depths: Sequence[int]) -> List[List[dict]]:
+        """A VA layer keeping its logits, then LA layers, in every stage of
+        more than one block (a plain ViT, whose stages are blocks, is one
+        such stage)."""
+        vanilla = dict(type='VanillaAttention')
+        less = dict(type=cls.__name__, dp_loss_weight=0.1)
+        if all(depth == 1 for depth in depths) and len(depths) > 1:
+            layers, = less_attention_layers([len(depths)], [2], vanilla,
+                                            less)
+            return [[layer] for layer in layers]
+        return less_attention_layers(
+            depths, [2 if depth > 1 else 0 for depth in depths], vanilla,
+            less)
+
     def map_grids(self, hw_shape: Grid) -> Tuple[Grid, Grid]:
         """Query and key grids of this layer's maps."""
         return tuple(hw_shape), grid_after_stride(hw_shape, self.sr_ratio)
 
-    def forward(self, x: torch.Tensor, hw_shape: Grid,
-                prev_logits: torch.Tensor):
-        v_tokens, v_hw = self.reduce(x, hw_shape)
-        v = self.split_heads(self.v(v_tokens))
-        logits = self.transform(prev_logits, tuple(hw_shape), v_hw)
-        return self.output(logits.softmax(dim=-1).to(v.dtype) @ v), logits
-
-
-# ------------------------------------------------------- window attention
-class _WindowLayout:
-    """Swin's (shifted) window partition for the window VA / LA layers:
-    tokens padded to whole windows, rolled by half a window when shifted
-    (also a map of one window, as mmpretrain's Swin with
-    ``pad_small_map=True``), with the additive mask that keeps rolled-in
-    tokens apart."""
-
-    def init_windows(self, window_size: int, shift: bool) -> None:
-        self.window_size = to_2tuple_int(window_size)
-        self.shift = shift
-
-    def to_windows(self, x: torch.Tensor, hw_shape: Grid):
-        """``(B, H*W, C)`` -> windows ``(B*nW, wh*ww, C)``, their layout and
-        the shift mask ``(nW, N, N)`` (None without shift)."""
-        x, padded = pad_to_multiple(x, hw_shape, self.window_size)
-        shift, mask = (0, 0), None
-        if self.shift:
-            shift = tuple(w // 2 for w in self.window_size)
-            x = torch.roll(x, (-shift[0], -shift[1]), dims=(1, 2))
-            mask = shifted_window_mask(padded, self.window_size, shift,
-                                       x.device).to(x.dtype)
-        return (window_partition(x, self.window_size), (padded, shift),
-                mask)
-
-    @staticmethod
-    def window_softmax(logits: torch.Tensor,
-                       mask: Optional[torch.Tensor]) -> torch.Tensor:
-        """Softmax of ``(B*nW, heads, N, N)`` logits with the shift mask
-        ``(nW, N, N)`` added to every image's windows."""
-        if mask is not None:
-            logits = (logits.unflatten(0, (-1, mask.shape[0])) +
-                      mask[:, None]).flatten(0, 1)
-        return logits.softmax(dim=-1)
-
-    def from_windows(self, windows: torch.Tensor, layout, hw_shape: Grid):
-        padded, shift = layout
-        x = window_reverse(windows, padded, self.window_size)
-        if shift != (0, 0):
-            x = torch.roll(x, shift, dims=(1, 2))
-        return crop_tokens(x, hw_shape)
-
-    def extra_repr(self) -> str:
-        return (f'{super().extra_repr()}, window_size={self.window_size}, '
-                f'shift={self.shift}')
-
-
-@ATTENTIONS.register_module()
-class WindowVanillaAttention(_WindowLayout, VanillaAttention):
-    """VA layer inside Swin's (shifted) windows, with Swin's relative
-    position bias.
-
-    ``forward(x, hw_shape, bias)`` adds ``bias`` ``(B, heads, N, N)`` (the
-    Attention Residual, one map per image) to every window's logits;
-    returns ``(output, logits)``, the logits ``(B*nW, heads, N, N)``
-    without the shift mask (an LA layer re-adds it) or None unless
-    ``keep_logits``.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        window_size (int): Window side. Default: 7.
-        shift (bool): Shift the windows by half a window. Default: False.
-        qkv_bias (bool): Bias in the q / kv projections. Default: True.
-        keep_logits (bool): Return the pre-softmax logits. Default: False.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 window_size: int = 7,
-                 shift: bool = False,
-                 qkv_bias: bool = True,
-                 keep_logits: bool = False):
-        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias,
-                         keep_logits=keep_logits)
-        self.init_windows(window_size, shift)
-        self.relative_position_bias = RelativePositionBias(
-            self.window_size, num_heads)
-
     def forward(self,
                 x: torch.Tensor,
                 hw_shape: Grid,
-                bias: Optional[torch.Tensor] = None):
-        windows, layout, mask = self.to_windows(x, hw_shape)
-        q = self.split_heads(self.q(windows))
-        k, v = map(self.split_heads, self.kv(windows).chunk(2, dim=-1))
-        logits = (q * self.scale) @ k.transpose(-2, -1)
-        logits = logits + self.relative_position_bias().to(logits.dtype)
-        if bias is not None:  # one map per image, added to its windows
-            logits = (logits.unflatten(0, (bias.shape[0], -1)) +
-                      bias.unsqueeze(1).to(logits.dtype)).flatten(0, 1)
-        out = self.output(
-            self.window_softmax(logits, mask).to(v.dtype) @ v)
-        return (self.from_windows(out, layout, hw_shape),
-                logits if self.keep_logits else None)
+                state: Optional[AttentionState] = None,
+                mask: Optional[torch.Tensor] = None):
+        state = _state(state)
+        if state.logits is None:
+            raise ValueError(
+                'LessAttention transforms the logits of the layer before '
+                'it, and none were kept: build that VanillaAttention with '
+                'keep_logits=True (less_attention_layers() does)')
+        v_tokens, v_hw = self.reduce(x, hw_shape)
+        v = split_heads(self.v(v_tokens), self.num_heads)
+        logits = self.transform(state.logits, tuple(hw_shape), v_hw)
+        out = _masked_softmax(logits, mask).to(v.dtype) @ v
+        maps = state.maps
+        if self.dp_loss_weight > 0 and self.training and \
+                torch.is_grad_enabled():
+            maps = maps + ((logits, tuple(hw_shape), v_hw,
+                            self.dp_loss_weight), )
+        return self.output(out), state.replace(
+            logits=logits, query_hw=tuple(hw_shape), key_hw=v_hw, windows=1,
+            maps=maps)
+
+    @torch.no_grad()
+    def query_attention(self, x, hw_shape, index, state=None):
+        """The softmax weights of query ``index``: a row of the transformed
+        logits of ``state`` (the previous layer's); the keys are the
+        values' tokens."""
+        if state is None or _state(state).logits is None:
+            raise ValueError('an LA layer draws from the logits of the layer '
+                             'before it: give its state')
+        state = _first_image(state)
+        v_tokens, v_hw = self.reduce(x[:1], hw_shape)
+        logits = self.transform(state.logits, tuple(hw_shape), v_hw)
+        v = split_heads(self.v(v_tokens), self.num_heads)[0]
+        return QueryAttention(logits[0, :, index].softmax(-1), v_hw,
+                              v.new_zeros(v.shape[0], v.shape[-1]), v,
+                              self.head_dims**-0.5)
+
+    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
+        _migrate_reduction_keys(state_dict, prefix)
+
+    def extra_repr(self) -> str:
+        return (f'{super().extra_repr()}, '
+                f'dp_loss_weight={self.dp_loss_weight}')
 
 
-@ATTENTIONS.register_module()
-class WindowLessAttention(_WindowLayout, LessAttention):
-    """LA layer inside Swin's windows: transforms the previous layer's
-    window logits ``(B*nW, heads, N, N)`` and applies their softmax to this
-    layer's values.
-
-    The layer works in the windows of the logits it transforms: build it
-    with the ``shift`` of the layer that computed them (see
-    ``docs/lavit.md``: a layer whose windows straddled the source windows
-    would need scores of token pairs no layer compared). The windows have
-    the same size at every input size, so the paper's dense transform
-    (``N x N`` maps, N = wh*ww) serves any input here.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        window_size (int): Window side. Default: 7.
-        shift (bool): Windows shifted by half a window. Default: False.
-        transform (nn.Module | dict): ``dict(type='conv', kernel_size=3)``
-            or ``dict(type='dense')`` (the paper's maps over a window's
-            tokens). Default: ``dict(type='conv')``.
-        qkv_bias (bool): Bias in the v projection. Default: True.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 window_size: int = 7,
-                 shift: bool = False,
-                 transform: Union[nn.Module, dict] = dict(type='conv'),
-                 qkv_bias: bool = True):
-        window = to_2tuple_int(window_size)
-        if isinstance(transform, dict) and transform['type'] == 'dense':
-            transform = dict(transform, input_size=window)
-        super().__init__(embed_dims, num_heads, transform=transform,
-                         qkv_bias=qkv_bias, grid_size=window)
-        self.init_windows(window, shift)
-
-    def map_grids(self, hw_shape: Grid) -> Tuple[Grid, Grid]:
-        return self.window_size, self.window_size
-
-    def forward(self, x: torch.Tensor, hw_shape: Grid,
-                prev_logits: torch.Tensor):
-        windows, layout, mask = self.to_windows(x, hw_shape)
-        v = self.split_heads(self.v(windows))
-        logits = self.transform(prev_logits, self.window_size,
-                                self.window_size)
-        out = self.output(
-            self.window_softmax(logits, mask).to(v.dtype) @ v)
-        return self.from_windows(out, layout, hw_shape), logits
+def _masked_softmax(logits: torch.Tensor,
+                    mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """Softmax of ``(B*nW, heads, N, N)`` logits with Swin's shift mask
+    ``(nW, N, N)`` added to every image's windows."""
+    if mask is not None:
+        logits = (logits.unflatten(0, (-1, mask.shape[0])) +
+                  mask[:, None]).flatten(0, 1)
+    return logits.softmax(dim=-1)
 
 
+def _migrate_reduction_keys(state_dict: dict, prefix: str) -> None:
+    """0.2's reduction as an mmcv ``PatchEmbed`` (``sr.projection``,
+    ``sr.norm``) -> PVT's ``sr``, ``norm``."""
+    for key in [k for k in state_dict if k.startswith(prefix + 'sr.')]:
+        rest = key[len(prefix) + 3:]
+        if rest.startswith('projection.'):
+            state_dict[prefix + 'sr.' + rest[11:]] = state_dict.pop(key)
+        elif rest.startswith('norm.'):
+            state_dict[prefix + 'norm.' + rest[5:]] = state_dict.pop(key)
+
+
+def _first_image(state: AttentionState) -> LessAttentionState:
+    """The state of the first image of a batch."""
+    state = _state(state)
+    return state.replace(logits=state.logits[:state.windows])
+
+
+# ------------------------------------------------------- attention residual
 class AttentionResidual(BaseModule):
     """The previous stage's last attention logits, brought to this stage
     (paper Eq. 6-7): ``LS(Conv1x1(Norm(DWConv(A))))``.
@@ -538,9 +572,10 @@ class AttentionResidual(BaseModule):
         self.layer_scale = LayerScale(
             out_heads, layer_scale_init, data_format='channels_first')
 
-    def forward(self, logits: torch.Tensor, src_hw: Grid,
+    def forward(self, state: LessAttentionState,
                 dst_hw: Grid) -> torch.Tensor:
-        """``(B, h_in, N_src, N_k)`` -> ``(B, h_out, N_dst, N_k)``."""
+        """``(B, h_in, N_src, N_k)`` logits -> ``(B, h_out, N_dst, N_k)``."""
+        logits, src_hw = state.logits, state.query_hw
         B, h, _, Nk = logits.shape
         x = logits.permute(0, 3, 1, 2).reshape(B * Nk, h, *src_hw)
         x = F.pad(x, (0, src_hw[1] % 2, 0, src_hw[0] % 2))
@@ -566,7 +601,6 @@ class WindowAttentionResidual(BaseModule):
     Args:
         in_heads (int): Heads of the previous stage.
         out_heads (int): Heads of this stage.
-        window_size (int): Window side. Default: 7.
         layer_scale_init (float): Initial LayerScale. Default: 0.1.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
@@ -574,26 +608,36 @@ class WindowAttentionResidual(BaseModule):
     def __init__(self,
                  in_heads: int,
                  out_heads: int,
-                 window_size: int = 7,
                  layer_scale_init: float = 0.1,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
-        self.window_size = to_2tuple_int(window_size)
         self.norm = nn.GroupNorm(1, in_heads, affine=False)
         self.head_proj = nn.Conv2d(in_heads, out_heads, 1, bias=False)
         self.layer_scale = LayerScale(
             out_heads, layer_scale_init, data_format='channels_first')
 
-    def forward(self, logits: torch.Tensor, src_hw: Grid,
+    def forward(self, state: LessAttentionState,
                 dst_hw: Grid) -> torch.Tensor:
         """``(B*nW_src, h_in, N, N)`` -> ``(B, h_out, N, N)``."""
-        # Integer arithmetic, no generator: stays symbolic in one graph when
-        # captured (ONNX, torch.compile).
-        (H, W), (wh, ww) = src_hw, self.window_size
-        num_windows = ((H + wh - 1) // wh) * ((W + ww - 1) // ww)
+        logits = state.logits
         _, h, N, _ = logits.shape
-        x = logits.view(-1, num_windows, h, N, N).mean(dim=1)
+        x = logits.view(-1, state.windows, h, N, N).mean(dim=1)
         return self.layer_scale(self.head_proj(self.norm(x)))
+
+
+def build_attention_residual(cfg: dict, num_heads: int,
+                             window_size: Optional[Grid]) -> nn.Module:
+    """``dict(type='conv' | 'window', in_heads=..., layer_scale_init=...)``
+    -> :class:`AttentionResidual` / :class:`WindowAttentionResidual` into
+    ``num_heads`` heads."""
+    cfg = dict(cfg)
+    kind = cfg.pop('type', 'window' if window_size else 'conv')
+    if kind == 'conv':
+        return AttentionResidual(out_heads=num_heads, **cfg)
+    if kind == 'window':
+        return WindowAttentionResidual(out_heads=num_heads, **cfg)
+    raise ValueError("the attention residual is 'conv' or 'window', got "
+                     f'{kind!r}')
 
 
 # ------------------------------------------------------------------- loss
@@ -641,16 +685,24 @@ def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
 
 
 # ---------------------------------------------------------------- backbones
-def less_attention_layers(depths: Sequence[int], la_start: Sequence[int],
-                          vanilla: Union[dict, Sequence[dict]], less: dict,
-                          attn_residual: bool) -> List[List[dict]]:
-    """The attention config of every block: per stage, VA layers
-    (``vanilla``: one dict, or one per block) up to the first LA layer
-    ``la_start`` (1-based; 0: none), then LA layers (``less``).
+def less_attention_layers(depths: Sequence[int],
+                          la_start: Sequence[int],
+                          vanilla: Union[dict, Sequence[Sequence[dict]]],
+                          less: Union[dict, Sequence[Sequence[dict]]],
+                          residual: Optional[Sequence[Optional[dict]]] = None
+                          ) -> List[List[dict]]:
+    """The attention config of every block of a Less-Attention backbone.
 
-    A VA layer keeps its logits when an LA layer or the next stage's
-    attention residual reuses them.
+    Per stage, VA layers (``vanilla``) up to the first LA layer
+    ``la_start`` (1-based; 0: none), then LA layers (``less``); each may be
+    one dict or, per stage, a list with one per block (e.g. window configs
+    whose inner attention is a VA / LA layer: their keys go to it). A VA
+    layer keeps its logits when an LA layer or the next stage's Attention
+    Residual reuses them; the first VA layer of stage ``i`` gets
+    ``residual[i]`` (None: none).
     """
+    num_stages = len(depths)
+    residual = list(residual or [None] * num_stages)
     for i, start in enumerate(la_start):
         if start != 0 and not 2 <= start <= depths[i]:
             raise ValueError(
@@ -659,86 +711,46 @@ def less_attention_layers(depths: Sequence[int], la_start: Sequence[int],
     cfgs = []
     for i, (depth, start) in enumerate(zip(depths, la_start)):
         va = [vanilla] * depth if isinstance(vanilla, dict) else vanilla[i]
+        la = [less] * depth if isinstance(less, dict) else less[i]
         layers = []
         for j in range(depth):
             if start and j + 1 >= start:
-                layers.append(dict(less))
+                layers.append(dict(la[j]))
                 continue
             next_is_la = bool(start) and j + 2 >= start and j + 1 < depth
-            feeds_residual = (attn_residual and j + 1 == depth
-                              and i + 1 < len(depths))
-            layers.append(
-                dict(va[j], keep_logits=next_is_la or feeds_residual))
+            feeds_residual = (j + 1 == depth and i + 1 < num_stages
+                              and residual[i + 1] is not None)
+            layer = dict(va[j], keep_logits=next_is_la or feeds_residual)
+            if j == 0 and residual[i] is not None:
+                layer['residual'] = dict(residual[i])
+            layers.append(layer)
         cfgs.append(layers)
     return cfgs
 
 
-class LessAttentionMixin(AuxLossBackbone):
-    """Runs Less-Attention in any skeleton with a
-    :meth:`~VitAttnBackbone.forward_block` hook and a ``forward_stages``.
-
-    VA layers compute logits (the first VA layer of a stage adding the
-    :meth:`attention_residual` of the previous stage's last logits), LA
-    layers transform the previous layer's; the per-pass ``state`` carries
-    the logits and grid between blocks and stages and collects the LA maps,
-    whose Diagonality-Preserving loss (weight ``dp_loss_weight``, mean over
-    LA layers) is returned as ``loss_dp`` by ``pop_aux_losses()`` after a
-    training forward pass.
-    """
-
-    dp_loss_weight: float = 0.
-
-    def attention_residual(self, stage: int) -> Optional[nn.Module]:
-        """The module bringing the previous stage's logits to ``stage``."""
-        return None
-
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        self.clear_aux_losses()
-        outs, state = self.forward_stages(x)
-        la_maps = state.get('la_maps')
-        if la_maps:
-            loss = sum(diagonality_preserving_loss(*m) for m in la_maps)
-            self.add_aux_loss('loss_dp',
-                              self.dp_loss_weight * loss / len(la_maps))
-        return outs
-
-    def _wants_dp_loss(self) -> bool:
-        """Only a training pass with gradients keeps the LA maps (eval,
-        ``mode='tensor'``, FLOP counting and export keep nothing)."""
-        return (self.dp_loss_weight > 0 and self.training
-                and torch.is_grad_enabled())
-
-    def forward_block(self, block: nn.Module, x: torch.Tensor,
-                      hw_shape: Grid, state: dict, stage: int,
-                      index: int) -> torch.Tensor:
-        attn = block.attn
-        if isinstance(attn, LessAttention):
-            x, logits = block(x, hw_shape, state['logits'])
-            if self._wants_dp_loss():
-                state.setdefault('la_maps', []).append(
-                    (logits, *attn.map_grids(hw_shape)))
-        elif isinstance(attn, VanillaAttention):
-            residual = None
-            module = self.attention_residual(stage) if index == 0 else None
-            if module is not None and state.get('logits') is not None:
-                residual = module(state['logits'], state['hw_shape'],
-                                  hw_shape)
-            x, logits = block(x, hw_shape, residual)
-        else:
-            return block(x, hw_shape)
-        state.update(logits=logits, hw_shape=hw_shape)
-        return x
+def _less_attention(la_transform: str, la_kernel_size: int,
+                    input_size, dp_loss_weight: float, **kwargs) -> dict:
+    """The LA layer config of a backbone's ``la_transform`` /
+    ``la_kernel_size`` / ``dp_loss_weight`` arguments."""
+    if la_transform == 'conv':
+        transform = dict(type='conv', kernel_size=la_kernel_size)
+    elif la_transform == 'dense':
+        transform = dict(type='dense', input_size=to_2tuple_int(input_size))
+    else:
+        raise ValueError("la_transform must be 'conv' or 'dense', got "
+                         f'{la_transform!r}')
+    return dict(type='LessAttention', transform=transform,
+                dp_loss_weight=dp_loss_weight, **kwargs)
 
 
 @register_model
-class LaViT(LessAttentionMixin, AttnPVT):
+class LaViT(AttnPVT):
     """LaViT backbone: PVT with Less-Attention layers (paper Table 1).
 
     :class:`AttnPVT` whose blocks are VA (:class:`VanillaAttention`) and LA
-    (:class:`LessAttention`) layers, with an :class:`AttentionResidual` at
-    the start of every stage but the first and the Diagonality-Preserving
-    loss over the LA maps; the attention logits travel between layers and
-    stages through :class:`LessAttentionMixin`. With
+    (:class:`LessAttention`) layers, with an :class:`AttentionResidual` in
+    the first layer of every stage but the first and the
+    Diagonality-Preserving loss over the LA maps. With
     ``less_attention=False, attn_residual=False`` it is PVT (the paper's
     Table 6 baseline); LaViT-T / S are Table 5's PVT+LA.
 
@@ -758,11 +770,9 @@ class LaViT(LessAttentionMixin, AttnPVT):
             were trained on: sizes the position embeddings (resized to the
             running grid at other sizes) and the dense transform.
             Default: 224.
-        in_channels (int): Input channels. Default: 3.
         sr_ratios (Sequence[int]): Spatial reduction of keys / values per
             stage. With the Attention Residual each must halve the previous
             one (the key grid stays the same). Default: (8, 4, 2, 1).
-        qkv_bias (bool): Bias in the q / kv / v projections. Default: True.
         less_attention (bool): Build LA layers; False puts vanilla attention
             in their place (the same network without Less-Attention, e.g.
             to measure what it saves). Default: True.
@@ -777,19 +787,16 @@ class LaViT(LessAttentionMixin, AttnPVT):
             (mean over LA layers), returned as ``loss_dp`` by
             ``pop_aux_losses()`` after a training forward pass; 0 disables
             it. Default: 0.1.
-        drop_path_rate (float): Stochastic depth rate. Default: 0.1.
-        out_indices (Sequence[int] | int): Output stages, each with its own
-            LayerNorm. Default: (0, 1, 2, 3).
-        norm_cfg (dict): Norms of the blocks and outputs.
-            Default: ``dict(type='LN', eps=1e-6)``.
-        with_cp (bool): Gradient checkpointing per block (the DP loss is
-            computed outside the checkpointed blocks). Default: False.
-        frozen_stages (int): Stages to freeze (-1: none). Default: -1.
-        norm_eval (bool): Keep BatchNorm in eval mode (LaViT has none).
-            Default: False.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...)``
-            loads weights, e.g. an mmpretrain LaViT classifier checkpoint.
-            Default: None.
+        paddings (Sequence[int | str]): Patch embedding paddings; 'corner'
+            keeps the key grid the same in every stage. Default: 'corner'
+            in every stage.
+        out_norm (bool): A LayerNorm per output. Default: True.
+        patch_norm_cfg (dict): Norm of the patch embeddings.
+            Default: ``dict(type='LN')``.
+        **kwargs: The other :class:`AttnPVT` arguments (mmdet's
+            ``num_layers``, ``embed_dims`` ..., ``drop_path_rate``,
+            ``out_indices``, ``norm_cfg``, ``with_cp``, ``frozen_stages``,
+            ``init_cfg``).
     """
     arch_zoo = {
         ('t', 'tiny'): dict(depths=[2, 2, 2, 2], la_start=[0, 0, 2, 2],
@@ -805,84 +812,90 @@ class LaViT(LessAttentionMixin, AttnPVT):
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
                  pretrain_img_size: Union[int, Tuple[int, int]] = 224,
-                 in_channels: int = 3,
                  sr_ratios: Sequence[int] = (8, 4, 2, 1),
-                 qkv_bias: bool = True,
                  less_attention: bool = True,
                  la_transform: str = 'conv',
                  la_kernel_size: int = 3,
                  attn_residual: bool = True,
                  ar_layer_scale_init: float = 0.1,
                  dp_loss_weight: float = 0.1,
-                 drop_path_rate: float = 0.1,
-                 out_indices: Union[int, Sequence[int]] = (0, 1, 2, 3),
-                 norm_cfg: dict = dict(type='LN', eps=1e-6),
-                 with_cp: bool = False,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 init_cfg: Optional[dict] = None):
-        settings = self.parse_arch(arch)
+                 paddings: Sequence[Union[int, str]] = ('corner', ) * 4,
+                 out_norm: bool = True,
+                 patch_norm_cfg: dict = dict(type='LN'),
+                 **kwargs):
+        if 'attn_cfgs' in kwargs:
+            raise TypeError(f'{type(self).__name__} builds its own '
+                            'attn_cfgs from la_start')
+        settings = self.resolve_arch(
+            arch, *(kwargs.pop(k, None) for k in ('embed_dims', 'num_layers',
+                                                  'num_heads', 'mlp_ratios')))
         depths, num_heads = settings['depths'], settings['num_heads']
         num_stages = len(depths)
-        if num_stages != 4 or len(sr_ratios) != num_stages:
-            raise ValueError('LaViT has 4 stages; sr_ratios and the arch '
-                             'need one entry each')
+        if len(sr_ratios) != num_stages:
+            raise ValueError('sr_ratios needs one entry per stage')
         if attn_residual and any(sr_ratios[i - 1] != 2 * sr_ratios[i]
                                  for i in range(1, num_stages)):
             raise ValueError(
                 'the attention residual needs the same key grid in every '
                 'stage: each sr_ratio must halve the previous one, e.g. '
                 f'(8, 4, 2, 1); got {tuple(sr_ratios)}')
+        residual = [None] + [
+            dict(type='conv', in_heads=num_heads[i - 1],
+                 layer_scale_init=ar_layer_scale_init)
+            for i in range(1, num_stages)
+        ] if attn_residual else None
         attn_cfgs = less_attention_layers(
             depths,
             settings['la_start'] if less_attention else [0] * num_stages,
             vanilla=dict(type='VanillaAttention'),
-            less=dict(
-                type='LessAttention',
-                transform=transform_cfg(la_transform, la_kernel_size,
-                                        pretrain_img_size)),
-            attn_residual=attn_residual)
+            less=_less_attention(la_transform, la_kernel_size,
+                                 pretrain_img_size, dp_loss_weight),
+            residual=residual)
         super().__init__(
             arch=settings,
             attn_cfgs=attn_cfgs,
             pretrain_img_size=pretrain_img_size,
-            in_channels=in_channels,
             sr_ratios=sr_ratios,
-            qkv_bias=qkv_bias,
-            drop_path_rate=drop_path_rate,
-            out_indices=out_indices,
-            norm_cfg=norm_cfg,
-            with_cp=with_cp,
-            frozen_stages=frozen_stages,
-            norm_eval=norm_eval,
-            init_cfg=init_cfg)
-        self.sr_ratios = tuple(sr_ratios)
+            paddings=paddings,
+            out_norm=out_norm,
+            patch_norm_cfg=patch_norm_cfg,
+            **kwargs)
         self.dp_loss_weight = dp_loss_weight
-        if attn_residual:
-            for i in range(1, num_stages):
-                self.stages[i]['attn_residual'] = AttentionResidual(
-                    num_heads[i - 1], num_heads[i], ar_layer_scale_init)
 
-    def attention_residual(self, stage: int) -> Optional[nn.Module]:
-        blocks = self.stages[stage]
-        return blocks['attn_residual'] if 'attn_residual' in blocks else None
+    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
+        """0.2's stage-level residual (``stages.{i}.attn_residual``) ->
+        the first layer's (``stages.{i}.blocks.0.attn.residual``), then
+        :meth:`AttnPVT.migrate_keys`."""
+        _move_residual(state_dict, prefix, 'blocks.0.attn.residual.')
+        super().migrate_keys(state_dict, prefix)
+
+
+def _move_residual(state_dict: dict, prefix: str, target: str) -> None:
+    old = f'{prefix}stages.'
+    for key in [k for k in state_dict if k.startswith(old)]:
+        stage, _, rest = key[len(old):].partition('.')
+        if rest.startswith('attn_residual.'):
+            state_dict[f'{old}{stage}.{target}'
+                       f'{rest[len("attn_residual."):]}'] = \
+                state_dict.pop(key)
 
 
 @register_model
-class LessAttnViT(LessAttentionMixin, AttnViT):
+class LessAttnViT(AttnViT):
     """Less-Attention plug-in for plain ViTs (LaViT Table 5: ViT+LA,
     DeiT+LA): the :class:`AttnViT` skeleton whose first ``la_start - 1``
     blocks are VA layers (:class:`VanillaAttention`, plain multi-head
     self-attention) and the rest LA layers (:class:`LessAttention`).
 
     A plain ViT has one stage, so there is no Attention Residual. DeiT+LA is
-    the default DeiT layout (conv patches, learned positions); ViT+LA the
-    Simple-ViT one (``patch_embed='pixel_norm', pos_embed='sincos'``).
+    the default DeiT layout without class token (conv patches, learned
+    positions, the mean token for classification); ViT+LA the Simple-ViT
+    one (``patch_embed='pixel_norm', pos_embed='sincos'``).
 
     Args:
-        arch (str | dict): 'tiny', 'small' (or 't', 's'), or a dict with
-            ``embed_dims``, ``depth``, ``num_heads`` and optionally
-            ``la_start``. Default: 'tiny'.
+        arch (str | dict): 'tiny', 'small' (or 't', 's', 'deit-tiny',
+            'deit-small' ...), or a dict with ``embed_dims``, ``depth``,
+            ``num_heads`` and optionally ``la_start``. Default: 'tiny'.
         la_start (int, optional): 1-based index of the first LA block (0:
             none); overrides the arch's. Default: None.
         less_attention (bool): Build LA layers; False gives the same ViT
@@ -894,18 +907,22 @@ class LessAttnViT(LessAttentionMixin, AttnViT):
         dp_loss_weight (float): Weight of the Diagonality-Preserving loss
             (``loss_dp``). Default: 0.1.
         pretrain_img_size (int | tuple[int, int]): Sizes the learned
-            position embedding and the dense transform. Default: 224.
+            position embedding and the dense transform (``img_size``).
+            Default: 224.
         **kwargs: The other :class:`AttnViT` arguments (``patch_embed``,
             ``pos_embed``, ``out_indices``, ``out_type``,
             ``drop_path_rate``, ``with_cp``, ``frozen_stages``,
-            ``init_cfg``, ...).
+            ``init_cfg``, ...). Defaults: no class token, no final norm, a
+            norm per output (``norm{i}``), LayerNorm eps 1e-5, bilinear
+            position resizing.
     """
     arch_zoo = {
-        ('t', 'tiny'): dict(embed_dims=192, depth=12, num_heads=3,
-                            la_start=4),
-        ('s', 'small'): dict(embed_dims=384, depth=12, num_heads=6,
-                             la_start=4),
+        ('t', 'tiny', 'ti', 'deit-t', 'deit-tiny'):
+        dict(embed_dims=192, depth=12, num_heads=3, la_start=4),
+        ('s', 'small', 'deit-s', 'deit-small'):
+        dict(embed_dims=384, depth=12, num_heads=6, la_start=4),
     }
+    scope_defaults = NO_CLS_TOKEN_SCOPE_DEFAULTS
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
@@ -919,7 +936,10 @@ class LessAttnViT(LessAttentionMixin, AttnViT):
         if 'attn_cfgs' in kwargs:
             raise TypeError(f'{type(self).__name__} builds its own '
                             'attn_cfgs from la_start')
-        settings = self.parse_arch(arch)
+        pretrain_img_size = kwargs.pop('img_size', pretrain_img_size)
+        settings = self.resolve_arch(
+            arch, *(kwargs.pop(k, None)
+                    for k in ('embed_dims', 'num_layers', 'num_heads')))
         la_start = settings.pop('la_start', None) if la_start is None \
             else la_start
         if la_start is None:
@@ -928,28 +948,30 @@ class LessAttnViT(LessAttentionMixin, AttnViT):
         layers, = less_attention_layers(
             [settings['depth']], [la_start if less_attention else 0],
             vanilla=dict(type='VanillaAttention'),
-            less=dict(
-                type='LessAttention',
-                transform=transform_cfg(la_transform, la_kernel_size,
-                                        pretrain_img_size)),
-            attn_residual=False)
+            less=_less_attention(la_transform, la_kernel_size,
+                                 pretrain_img_size, dp_loss_weight))
+        for key, value in dict(with_cls_token=False, final_norm=False,
+                               out_norm=True, norm_cfg=dict(type='LN'),
+                               patch_bias=True,
+                               interpolate_mode='bilinear').items():
+            kwargs.setdefault(key, value)
         super().__init__(
             arch=settings,
-            attn_cfgs=layers,
-            pretrain_img_size=pretrain_img_size,
+            attn_cfgs=[[layer] for layer in layers],
+            img_size=pretrain_img_size,
             **kwargs)
         self.dp_loss_weight = dp_loss_weight
 
 
 @register_model
-class LessAttnSwinTransformer(LessAttentionMixin, AttnSwinTransformer):
+class LessAttnSwinTransformer(AttnSwinTransformer):
     """Less-Attention plug-in for Swin (LaViT Table 5: Swin+LA): the
-    :class:`AttnSwinTransformer` skeleton whose blocks are window VA layers
-    (:class:`WindowVanillaAttention`, Swin's window attention with its
-    shift alternation and relative position bias) up to ``la_start`` in
-    each stage, then window LA layers (:class:`WindowLessAttention`), with a
-    :class:`WindowAttentionResidual` at the start of every stage but the
-    first and the Diagonality-Preserving loss over the LA maps.
+    :class:`AttnSwinTransformer` skeleton whose blocks are VA layers in
+    Swin's windows (:class:`VanillaAttention` with the relative position
+    bias, Swin's shift alternation) up to ``la_start`` in each stage, then
+    window LA layers, with a :class:`WindowAttentionResidual` in the first
+    layer of every stage but the first and the Diagonality-Preserving loss
+    over the LA maps.
 
     Shifted windows: an LA layer works in the windows of the logits it
     transforms, so every LA layer of a stage takes the shift of the stage's
@@ -1016,16 +1038,21 @@ class LessAttnSwinTransformer(LessAttentionMixin, AttnSwinTransformer):
                              f'({len(depths)}), got {la_start}')
         if not less_attention:
             la_start = [0] * len(depths)
+        window = dict(type='WindowedAttention', window_size=window_size)
         vanilla = [[
-            dict(type='WindowVanillaAttention', window_size=window_size,
-                 shift=j % 2 == 1) for j in range(depth)
+            dict(window, window_msa='VanillaAttention', shift=j % 2 == 1)
+            for j in range(depth)
         ] for depth in depths]
-        layers = less_attention_layers(
-            depths, la_start, vanilla=vanilla,
-            less=dict(type='WindowLessAttention', window_size=window_size,
-                      transform=transform_cfg(la_transform, la_kernel_size,
-                                              window_size)),
-            attn_residual=attn_residual)
+        less = _less_attention(la_transform, la_kernel_size, window_size,
+                               dp_loss_weight)
+        less = dict(window, window_msa=less.pop('type'), **less)
+        residual = [None] + [
+            dict(type='window', in_heads=num_heads[i - 1],
+                 layer_scale_init=ar_layer_scale_init)
+            for i in range(1, len(depths))
+        ] if attn_residual else None
+        layers = less_attention_layers(depths, la_start, vanilla=vanilla,
+                                       less=less, residual=residual)
         for stage, start in zip(layers, la_start):
             if start:  # LA layers keep the windows of the last VA layer
                 for cfg in stage[start - 1:]:
@@ -1034,11 +1061,9 @@ class LessAttnSwinTransformer(LessAttentionMixin, AttnSwinTransformer):
             arch=settings, attn_cfgs=layers, window_size=window_size,
             **kwargs)
         self.dp_loss_weight = dp_loss_weight
-        if attn_residual:
-            for i in range(1, len(depths)):
-                self.stages[i].attn_residual = WindowAttentionResidual(
-                    num_heads[i - 1], num_heads[i], window_size,
-                    ar_layer_scale_init)
 
-    def attention_residual(self, stage: int) -> Optional[nn.Module]:
-        return getattr(self.stages[stage], 'attn_residual', None)
+    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
+        """0.2's stage-level residual -> the first layer's, then
+        :meth:`AttnSwinTransformer.migrate_keys`."""
+        _move_residual(state_dict, prefix, 'blocks.0.attn.w_msa.residual.')
+        super().migrate_keys(state_dict, prefix)

@@ -17,13 +17,13 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mmengine.model import BaseModule
 
 from ...registry import ATTENTIONS, register_model
 from ..layers import (QueryAttention, RelativePositionBias, StateDict,
-                      check_heads, to_2tuple_int)
+                      TokenAttention, check_heads, merge_heads,
+                      softmax_attention, to_2tuple_int, window_mask_bias)
 from .swin import AttnSwinTransformer
-from .vit import AttnViT
+from .vit import NO_CLS_TOKEN_SCOPE_DEFAULTS, AttnViT
 
 
 class GroupedLinear(nn.Linear):
@@ -92,7 +92,7 @@ class GroupedLinear(nn.Linear):
 
 
 @ATTENTIONS.register_module()
-class MeanShiftAttention(BaseModule):
+class MeanShiftAttention(TokenAttention):
     """Mean-shift feature (MSF) attention (paper Eq. 12), or plain softmax
     attention with the same layout.
 
@@ -110,22 +110,22 @@ class MeanShiftAttention(BaseModule):
     probe (``qkv`` has ``3C`` outputs): the paper's "Orig." baselines.
 
     ``B`` is Swin's learned relative position bias plus the shift mask when
-    ``window_size`` is given; the module is then a ``window_msa`` for
-    mmpretrain's ``ShiftWindowMSA`` (``forward(windows, mask=mask)``).
-    Without it the attention is global, a token attention
-    (``forward(x, hw_shape)``; the grid is not needed).
+    the module runs in Swin's windows (``window_size``, given by
+    :class:`~vitattn_mm.models.layers.WindowedAttention`). Without it the
+    attention is global (the grid is not needed; a class token may come
+    first).
 
     ``fused=True`` runs ``F.scaled_dot_product_attention`` with the key-norm
     term folded into the additive bias (a ``(B, H, 1, N)`` broadcast for
     global attention); ``fused=False`` writes the same computation as
-    matmul, softmax, matmul. Both give the same result; ONNX export always
-    writes the explicit form.
+    matmul, softmax, matmul. Both give the same result (see
+    :func:`~vitattn_mm.models.layers.softmax_attention`).
 
     Args:
         embed_dims (int): Channels C (= heads x head channels).
         num_heads (int): Attention heads.
-        window_size (tuple[int, int], optional): Window of Swin's window
-            attention (adds the relative position bias). Default: None.
+        window_size (tuple[int, int], optional): The window it runs in
+            (adds the relative position bias). Default: None.
         mean_shift (bool): MSF attention; False for softmax attention.
             Default: True.
         groups (int): Groups of the ``qkv`` projection. Default: 1.
@@ -150,6 +150,8 @@ class MeanShiftAttention(BaseModule):
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.head_dims = check_heads(embed_dims, num_heads)
+        self.takes_mask = True
+        self.grid_free = window_size is None
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.scale = self.head_dims**-0.5
@@ -167,54 +169,29 @@ class MeanShiftAttention(BaseModule):
         self.relative_position_bias = None if window_size is None else \
             RelativePositionBias(to_2tuple_int(window_size), num_heads)
 
-    def attention_bias(self, batch: int,
-                       mask: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        """Relative position bias plus shift mask, broadcastable to
-        ``(batch, H, N, N)``; None for unbiased global attention.
-
-        Args:
-            batch (int): Number of sequences (``B * num_windows``).
-            mask (Tensor, optional): ``(num_windows, N, N)`` additive mask,
-                windows ordered image-major as Swin partitions them.
-        """
-        bias = None
-        if self.relative_position_bias is not None:
-            bias = self.relative_position_bias().unsqueeze(0)
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-            bias = mask if bias is None else bias + mask
-            bias = bias.repeat(batch // mask.shape[0], 1, 1, 1)
-        return bias
-
     def forward(self,
                 x: torch.Tensor,
                 hw_shape: Optional[Tuple[int, int]] = None,
                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``(B, N, C)`` tokens (windows or whole maps) -> same shape.
 
-        ``hw_shape`` is not needed; ``mask`` is Swin's shift mask.
+        ``hw_shape`` is not needed; ``mask`` is Swin's ``(num_windows, N,
+        N)`` shift mask.
         """
         B, N, C = x.shape
         parts = self._split(x)
         q, k, v = parts[0], parts[1], parts[2]
-        bias = self._logit_bias(k, self.attention_bias(B, mask))
-        # ONNX export takes the explicit form (the same result): the dynamo
-        # exporter cannot decompose SDPA with this mask on symbolic sizes.
-        if self.fused and not torch.onnx.is_in_onnx_export():
-            out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=None if bias is None else bias.to(q.dtype),
-                scale=self.scale)
-        else:
-            logits = (q * self.scale) @ k.transpose(-2, -1)
-            if bias is not None:
-                logits = logits + bias
-            out = logits.softmax(dim=-1).to(v.dtype) @ v
+        bias = None
+        if self.relative_position_bias is not None:
+            bias = self.relative_position_bias()
+        bias, q, k, v = window_mask_bias(mask, bias, q, k, v)
+        bias = self._logit_bias(k, bias)
+        out = softmax_attention(q, k, v, bias, self.scale, fused=self.fused)
+        if mask is not None:
+            out = out.flatten(0, 1)
         if self.mean_shift:
             out = out - parts[3]
-        return self.proj(out.transpose(1, 2).reshape(B, N, C))
+        return self.proj(merge_heads(out))
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """q, k, v (and p) of ``(B, N, C)`` tokens: ``(parts, B, heads, N,
@@ -236,15 +213,15 @@ class MeanShiftAttention(BaseModule):
                         index: int) -> QueryAttention:
         """The softmax weights of query ``index`` (Gaussian kernel, or dot
         product with ``mean_shift=False``) over the whole map."""
-        if self.relative_position_bias is not None:
-            raise ValueError('a window attention (inside ShiftWindowMSA) has '
-                             'no map-wide distribution to draw')
         parts = self._split(x[:1].float())
         q, k = parts[0][0], parts[1][0]
         logits = (q[:, index:index + 1] * self.scale) @ k.transpose(-2, -1)
         bias = self._logit_bias(k, None)
         if bias is not None:
             logits = logits + bias
+        if self.relative_position_bias is not None:
+            logits = logits + self.relative_position_bias()[:, index:index +
+                                                            1]
         return QueryAttention(logits[:, 0].softmax(-1), tuple(hw_shape),
                               q[:, index], k, self.scale)
 
@@ -342,6 +319,8 @@ class MSFViT(AttnViT):
             ``frozen_stages``, ``init_cfg``...).
     """
 
+    scope_defaults = NO_CLS_TOKEN_SCOPE_DEFAULTS
+
     def __init__(self,
                  arch: Union[str, dict] = 'small',
                  mean_shift: bool = True,
@@ -359,7 +338,11 @@ class MSFViT(AttnViT):
                  group_mode=group_mode,
                  proj_bias=qkv_bias,
                  fused=fused))
-        kwargs.setdefault('patch_embed', 'pixel_norm')
+        for key, value in dict(patch_embed='pixel_norm', with_cls_token=False,
+                               final_norm=False, out_norm=True,
+                               norm_cfg=dict(type='LN'),
+                               interpolate_mode='bilinear').items():
+            kwargs.setdefault(key, value)
         super().__init__(
             arch=arch, qkv_bias=qkv_bias, pos_embed=pos_embed, **kwargs)
 
@@ -374,10 +357,11 @@ class MSFViT(AttnViT):
         ``to_patch_embedding.{1,2,3}`` -> ``patch_embed.{pixel_norm,
         projection,norm}``; ``transformer.layers.{i}.0`` (attention:
         ``norm``, ``to_qkvp`` / ``to_qkv``, ``to_out``) ->
-        ``blocks.{i}.{norm1,attn.qkv,attn.proj}``;
-        ``transformer.layers.{i}.1.net.{0,1,3}`` -> ``blocks.{i}.{norm2,
-        ffn.layers.0.0,ffn.layers.1}``; the head's norm ``linear_head.0``
-        (applied to the mean token) -> the last block's output norm;
+        ``stages.{i}.blocks.0.{norm1,attn.qkv,attn.proj}``;
+        ``transformer.layers.{i}.1.net.{0,1,3}`` ->
+        ``stages.{i}.blocks.0.{norm2,ffn.layers.0.0,ffn.layers.1}``; the
+        head's norm ``linear_head.0`` (applied to the mean token) -> the
+        last block's output norm;
         ``linear_head.1`` -> ``head.fc``, left for the classifier.
         """
         layer_ids = [
@@ -391,16 +375,18 @@ class MSFViT(AttnViT):
             (r'to_patch_embedding\.1\.', 'patch_embed.pixel_norm.'),
             (r'to_patch_embedding\.2\.', 'patch_embed.projection.'),
             (r'to_patch_embedding\.3\.', 'patch_embed.norm.'),
-            (r'transformer\.layers\.(\d+)\.0\.norm\.', r'blocks.\1.norm1.'),
+            (r'transformer\.layers\.(\d+)\.0\.norm\.',
+             r'stages.\1.blocks.0.norm1.'),
             (r'transformer\.layers\.(\d+)\.0\.to_qkvp?\.',
-             r'blocks.\1.attn.qkv.'),
+             r'stages.\1.blocks.0.attn.qkv.'),
             (r'transformer\.layers\.(\d+)\.0\.to_out\.',
-             r'blocks.\1.attn.proj.'),
-            (r'transformer\.layers\.(\d+)\.1\.net\.0\.', r'blocks.\1.norm2.'),
+             r'stages.\1.blocks.0.attn.proj.'),
+            (r'transformer\.layers\.(\d+)\.1\.net\.0\.',
+             r'stages.\1.blocks.0.norm2.'),
             (r'transformer\.layers\.(\d+)\.1\.net\.1\.',
-             r'blocks.\1.ffn.layers.0.0.'),
+             r'stages.\1.blocks.0.ffn.layers.0.0.'),
             (r'transformer\.layers\.(\d+)\.1\.net\.3\.',
-             r'blocks.\1.ffn.layers.1.'),
+             r'stages.\1.blocks.0.ffn.layers.1.'),
             (r'linear_head\.0\.', f'norm{max(layer_ids)}.'),
             (r'linear_head\.1\.', 'head.fc.'),
         ]

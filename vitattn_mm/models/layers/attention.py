@@ -1,18 +1,53 @@
-"""What a registered attention reports about itself, for tools that draw or
-analyse attention (``tools/visualize_attention.py``) without re-deriving
-each family's formula."""
+"""The attention protocol: how every registered attention is built, called
+and asked where it looks.
+
+Every attention in :data:`~vitattn_mm.registry.ATTENTIONS` is a
+:class:`TokenAttention`. Built by a skeleton with
+:func:`build_attention` (``embed_dims``, ``num_heads``, ``qkv_bias`` and,
+to those whose constructor takes them, what the skeleton knows: the stage's
+pretraining grid ``grid_size``, its ``sr_ratio``...), it is called on
+``(B, N, C)`` tokens laid out on an ``(H, W)`` grid::
+
+    out = attn(x, hw_shape)                  # most attentions
+    out, state = attn(x, hw_shape, state)    # ``stateful`` ones
+
+and returns tokens of the same shape. ``N`` is ``H * W``; attentions that
+are ``grid_free`` also take leading extra tokens (a class token).
+
+* ``state`` is an explicit :class:`AttentionState` object that a stateful
+  attention reads and returns (Less-Attention passes attention logits from
+  layer to layer and stage to stage). Skeletons thread it through every
+  block and hand ``state.aux_losses()`` to the task model; they know
+  nothing else of it.
+* Inside shifted windows the window wrapper
+  (:class:`~vitattn_mm.models.layers.WindowedAttention`) passes Swin's
+  additive ``(num_windows, N, N)`` shift mask as ``mask=`` to attentions
+  that ``takes_mask`` (softmax attentions); it refuses to shift the others.
+* ``query_attention(x, hw_shape, index[, state])`` returns a
+  :class:`QueryAttention`: the weights the module mixes query ``index``'s
+  values with, from the module's own formula (the attention-map tool draws
+  it; no other file re-derives a family's formula).
+"""
+import inspect
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.model import BaseModule
+
+from ...registry import ATTENTIONS
+
+Grid = Tuple[int, int]
 
 
 @dataclass
 class QueryAttention:
     """Where one query token looks, as the attention module computes it.
 
-    Returned by ``attn.query_attention(x, hw_shape, index)`` of a token
-    attention, for the first image of ``x`` (the module's input).
+    Returned by ``attn.query_attention(x, hw_shape, index)``, for the first
+    image of ``x`` (the module's input).
 
     Args:
         weights (Tensor): ``(heads, N_k)``: the weights the module mixes the
@@ -26,13 +61,169 @@ class QueryAttention:
         scale (float): Scale of that dot-product softmax (``d ** -0.5``).
     """
     weights: torch.Tensor
-    key_hw: Tuple[int, int]
+    key_hw: Grid
     query: torch.Tensor
     keys: torch.Tensor
     scale: float
+
+
+class AttentionState:
+    """What a stateful attention passes to the next layers.
+
+    The base says only what a skeleton may ask of a state: the auxiliary
+    losses it carries (a training pass hands them to the task model), and
+    that it is being passed through windows (the window wrapper tells it
+    how many windows each image was cut into).
+    """
+
+    def aux_losses(self) -> Dict[str, torch.Tensor]:
+        """Losses to add to the task model's (e.g. Less-Attention's
+        ``loss_dp``); none by default."""
+        return {}
+
+    def in_windows(self, windows_per_image: int) -> 'AttentionState':
+        """This state as left by an attention that ran in windows, each
+        image cut into ``windows_per_image``."""
+        return self
+
+
+class TokenAttention(BaseModule):
+    """Base class of every registered attention (see the module docstring).
+
+    Class attributes say how an attention may be called:
+
+    * ``stateful``: ``forward(x, hw_shape, state)`` returns
+      ``(out, state)``.
+    * ``takes_mask``: ``forward`` accepts ``mask=``, an additive
+      ``(num_windows, N, N)`` bias for windows batched image-major.
+    * ``grid_free``: ``x`` may hold leading tokens beyond the ``H * W``
+      grid (a class token), which the attention treats like the others.
+    """
+
+    stateful: bool = False
+    takes_mask: bool = False
+    grid_free: bool = False
+
+    @classmethod
+    def layer_plan(cls, depths: Sequence[int]) -> List[List[dict]]:
+        """Configs that put this attention in every block of stages of
+        ``depths`` blocks: how the contract tests, the benchmark and the
+        attention-map tool place any registered attention in a skeleton.
+
+        By default this attention in every block, inside the window wrapper
+        when it can only run in a window (its constructor needs
+        ``window_size``); stateful attentions override it (e.g. an LA layer
+        follows a VA layer that keeps its logits).
+        """
+        cfg = dict(type=cls.__name__)
+        window = inspect.signature(cls).parameters.get('window_size')
+        if window is not None and window.default is inspect.Parameter.empty:
+            cfg = dict(type='WindowedAttention', window_msa=cls.__name__)
+        return [[dict(cfg) for _ in range(depth)] for depth in depths]
+
+    def query_attention(self, x: torch.Tensor, hw_shape: Grid,
+                        index: int, *state) -> QueryAttention:
+        raise NotImplementedError(
+            f'{type(self).__name__} does not report where a query looks '
+            '(query_attention)')
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """``(B, N, C)`` -> ``(B, heads, N, C / heads)``."""
     B, N, C = x.shape
     return x.reshape(B, N, num_heads, C // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``(B, heads, N, d)`` -> ``(B, N, heads * d)``."""
+    B, h, N, d = x.shape
+    return x.transpose(1, 2).reshape(B, N, h * d)
+
+
+def softmax_attention(q: torch.Tensor,
+                      k: torch.Tensor,
+                      v: torch.Tensor,
+                      bias: Optional[torch.Tensor] = None,
+                      scale: Optional[float] = None,
+                      dropout_p: float = 0.,
+                      fused: bool = True) -> torch.Tensor:
+    """``softmax(q k^T * scale + bias) v`` over ``(..., N, d)`` heads.
+
+    The one softmax-attention kernel of the package: PyTorch's fused
+    ``scaled_dot_product_attention``, or (``fused=False``, and always while
+    exporting to ONNX, whose dynamo exporter cannot decompose SDPA with an
+    additive bias on symbolic sizes) the explicit matmul, softmax, matmul.
+    Both compute the same.
+    """
+    if bias is not None:
+        bias = bias.to(q.dtype)
+    if fused and not torch.onnx.is_in_onnx_export():
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
+    scale = q.shape[-1]**-0.5 if scale is None else scale
+    logits = (q * scale) @ k.transpose(-2, -1)
+    if bias is not None:
+        logits = logits + bias
+    probs = logits.softmax(dim=-1)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p)
+    return probs.to(v.dtype) @ v
+
+
+def attention_class(name: Union[str, type]) -> type:
+    """The registered attention ``name`` (a class passes through); a clear
+    error listing the registered ones otherwise."""
+    cls = ATTENTIONS.get(name) if isinstance(name, str) else name
+    if cls is None:
+        raise KeyError(f'attention {name!r} is not registered; registered: '
+                       f'{sorted(ATTENTIONS.module_dict)}')
+    return cls
+
+
+def build_attention(cfg: dict,
+                    context: Optional[dict] = None,
+                    **defaults) -> nn.Module:
+    """Build a registered attention.
+
+    Args:
+        cfg (dict): ``type`` and the attention's own arguments.
+        context (dict, optional): What a skeleton knows that some attentions
+            use (``grid_size``: the pretraining token grid, ``sr_ratio``,
+            ``window_size``...); each entry is given only to attentions
+            whose constructor takes it, unless ``cfg`` sets it.
+            Default: None.
+        **defaults: Arguments every attention takes (``embed_dims``,
+            ``num_heads``, ``qkv_bias``), where ``cfg`` does not set them.
+    """
+    cfg = dict(cfg)
+    if 'type' not in cfg:
+        raise KeyError(f'attention config {cfg} has no "type"; registered: '
+                       f'{sorted(ATTENTIONS.module_dict)}')
+    # Instantiated directly: the attention registry is ours alone, whatever
+    # the default scope (mmdet, mmseg, mmpretrain) of the running config.
+    cls = attention_class(cfg.pop('type'))
+    for key, value in (context or {}).items():
+        if accepts(cls, key):
+            cfg.setdefault(key, value)
+    for key, value in defaults.items():
+        cfg.setdefault(key, value)
+    return cls(**cfg)
+
+
+def accepts(cls: type, argument: str) -> bool:
+    """Whether ``cls``'s constructor takes ``argument`` by name."""
+    return argument in inspect.signature(cls).parameters
+
+
+def pass_on(cfg: dict, cls: type, **values) -> dict:
+    """Give ``cfg`` each of ``values`` that ``cls``'s constructor takes,
+    unless ``cfg`` sets it already. A value other than 0 / None / False
+    that ``cls`` cannot take raises, naming it: a skeleton's keyword is
+    never dropped silently."""
+    for key, value in values.items():
+        if accepts(cls, key):
+            cfg.setdefault(key, value)
+        elif value:
+            raise ValueError(f'{key}={value!r} cannot be honoured: '
+                             f'{cls.__name__} takes no {key!r}')
+    return cfg

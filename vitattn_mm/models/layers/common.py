@@ -1,16 +1,6 @@
 """Small helpers every family uses."""
-import math
-from typing import Sequence, Tuple
-
 import torch
 from torch.overrides import TorchFunctionMode
-
-
-def grid_after_stride(hw_shape: Sequence[int], stride: int) -> Tuple[int, int]:
-    """Token grid after a stride-``stride`` patch embedding, patch merging or
-    spatial reduction with corner padding (partial patches at the bottom and
-    right count)."""
-    return tuple(math.ceil(s / stride) for s in hw_shape)
 
 
 def check_heads(embed_dims: int, num_heads: int) -> int:

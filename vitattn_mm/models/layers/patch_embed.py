@@ -7,6 +7,8 @@ import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule
 
+from .padding import padded_size
+
 
 class PixelNormPatchEmbed(BaseModule):
     """Simple ViT's patch embedding: LayerNorm over each patch's pixels,
@@ -38,8 +40,9 @@ class PixelNormPatchEmbed(BaseModule):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, tuple]:
         """``(B, C, H, W)`` -> ``(B, h*w, embed_dims)`` and ``(h, w)``."""
         p = self.patch_size
-        x = F.pad(x, (0, -x.shape[-1] % p, 0, -x.shape[-2] % p))
         B, C, H, W = x.shape
+        H, W = padded_size(H, p), padded_size(W, p)
+        x = F.pad(x, (0, W - x.shape[-1], 0, H - x.shape[-2]))
         h, w = H // p, W // p
         x = x.view(B, C, h, p, w, p).permute(0, 2, 4, 3, 5, 1)
         x = x.reshape(B, h * w, p * p * C)

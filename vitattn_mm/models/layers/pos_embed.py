@@ -8,13 +8,16 @@ import torch.nn.functional as F
 from mmengine.logging import MMLogger
 from mmengine.model.weight_init import trunc_normal_
 
-from .graph_capture import is_capturing
+from .padding import is_capturing
 
 
-def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int],
+def resize_pos_embed(pos_embed: torch.Tensor,
+                     src_hw: Tuple[int, int],
                      dst_hw: Tuple[int, int],
-                     mode: str = 'bilinear') -> torch.Tensor:
-    """Resize a ``(1, H*W, C)`` positional embedding to another grid.
+                     mode: str = 'bilinear',
+                     num_extra_tokens: int = 0) -> torch.Tensor:
+    """Resize a ``(1, E + H*W, C)`` positional embedding to another grid
+    (the ``E`` leading rows, e.g. a class token's, are kept as they are).
 
     Interpolation runs in fp32 (bicubic is fp32-only on several devices) and
     the result is cast back, so it is safe under autocast. While a graph is
@@ -23,25 +26,31 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_hw: Tuple[int, int],
     identity), so the graph serves every input size.
 
     Args:
-        pos_embed (Tensor): Embedding of shape ``(1, src_h * src_w, C)``.
+        pos_embed (Tensor): Embedding of shape ``(1, E + src_h * src_w, C)``.
         src_hw (tuple[int, int]): Grid the embedding was learned on.
         dst_hw (tuple[int, int]): Grid to resize to.
         mode (str): ``F.interpolate`` mode. Default: 'bilinear'.
+        num_extra_tokens (int): Leading rows ``E`` that belong to no grid
+            position. Default: 0.
 
     Returns:
-        Tensor: Embedding of shape ``(1, dst_h * dst_w, C)``.
+        Tensor: Embedding of shape ``(1, E + dst_h * dst_w, C)``.
     """
     src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
     if not is_capturing() and src_hw == dst_hw:
         return pos_embed
     _, length, channels = pos_embed.shape
-    if length != src_hw[0] * src_hw[1]:
+    if length != num_extra_tokens + src_hw[0] * src_hw[1]:
         raise ValueError(f'positional embedding has {length} tokens, which '
-                         f'is not a {src_hw[0]}x{src_hw[1]} grid')
-    grid = pos_embed.reshape(1, *src_hw, channels).permute(0, 3, 1, 2)
+                         f'is not {num_extra_tokens} extra tokens and a '
+                         f'{src_hw[0]}x{src_hw[1]} grid')
+    extra = pos_embed[:, :num_extra_tokens]
+    grid = pos_embed[:, num_extra_tokens:].reshape(1, *src_hw, channels)
+    grid = grid.permute(0, 3, 1, 2)
     grid = F.interpolate(grid.float(), size=dst_hw, mode=mode,
                          align_corners=False)
-    return grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
+    grid = grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
+    return torch.cat([extra, grid], dim=1) if num_extra_tokens else grid
 
 
 class ResizablePosEmbed(nn.Module):
@@ -60,19 +69,24 @@ class ResizablePosEmbed(nn.Module):
         mode (str): Interpolation mode for resizing. Default: 'bilinear'.
         init_std (float): Std of the truncated-normal init; 0 initialises to
             zeros (the FLatten convention). Default: 0.02.
+        num_extra_tokens (int): Leading rows for tokens outside the grid (a
+            ViT's class token), never resized. Default: 0.
     """
 
     def __init__(self,
                  channels: int,
                  grid_hw: Tuple[int, int],
                  mode: str = 'bilinear',
-                 init_std: float = 0.02):
+                 init_std: float = 0.02,
+                 num_extra_tokens: int = 0):
         super().__init__()
         self.grid_hw = tuple(grid_hw)
         self.mode = mode
         self.init_std = init_std
+        self.num_extra_tokens = num_extra_tokens
         self.weight = nn.Parameter(
-            torch.zeros(1, self.grid_hw[0] * self.grid_hw[1], channels))
+            torch.zeros(1, num_extra_tokens + self.grid_hw[0] *
+                        self.grid_hw[1], channels))
         self._cache: Dict[tuple, torch.Tensor] = {}
         self.reset_parameters()
 
@@ -86,10 +100,10 @@ class ResizablePosEmbed(nn.Module):
     def forward(self, hw: Tuple[int, int]) -> torch.Tensor:
         if is_capturing():
             # No int() and no cache: the grid stays symbolic in the graph.
-            return resize_pos_embed(self.weight, self.grid_hw, hw, self.mode)
+            return self._resize(self.weight, hw)
         hw = (int(hw[0]), int(hw[1]))
         if torch.is_grad_enabled() and self.weight.requires_grad:
-            return resize_pos_embed(self.weight, self.grid_hw, hw, self.mode)
+            return self._resize(self.weight, hw)
         # The version counter changes on every in-place update (optimizer
         # step, load_state_dict), which invalidates stale entries.
         key = (hw, self.weight._version, self.weight.device,
@@ -98,26 +112,30 @@ class ResizablePosEmbed(nn.Module):
         if cached is None:
             self._cache = {k: v for k, v in self._cache.items()
                            if k[1] == key[1]}
-            cached = resize_pos_embed(self.weight.detach(), self.grid_hw, hw,
-                                      self.mode)
+            cached = self._resize(self.weight.detach(), hw)
             self._cache[key] = cached
         return cached
+
+    def _resize(self, weight: torch.Tensor, hw) -> torch.Tensor:
+        return resize_pos_embed(weight, self.grid_hw, hw, self.mode,
+                                self.num_extra_tokens)
 
     def adapt_loaded(self, weight: torch.Tensor) -> torch.Tensor:
         """Resize a checkpoint's embedding (square grid) to ``grid_hw``."""
         if weight.shape == self.weight.shape:
             return weight
-        length = weight.shape[-2]
-        side = math.isqrt(length)
+        length = weight.shape[-2] - self.num_extra_tokens
+        side = math.isqrt(max(length, 0))
         if weight.dim() != 3 or side * side != length:
             raise ValueError(
                 f'cannot resize a positional embedding of shape '
-                f'{tuple(weight.shape)}: expected (1, N, C) with N a square')
+                f'{tuple(weight.shape)}: expected (1, {self.num_extra_tokens}'
+                ' + N, C) with N a square')
         MMLogger.get_current_instance().info(
             f'Resize positional embedding from {side}x{side} to '
             f'{self.grid_hw[0]}x{self.grid_hw[1]}.')
         return resize_pos_embed(weight, (side, side), self.grid_hw,
-                                self.mode)
+                                self.mode, self.num_extra_tokens)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         key = prefix + 'weight'
@@ -128,7 +146,8 @@ class ResizablePosEmbed(nn.Module):
 
     def extra_repr(self) -> str:
         return (f'channels={self.weight.shape[-1]}, grid_hw={self.grid_hw}, '
-                f'mode={self.mode!r}')
+                f'mode={self.mode!r}, '
+                f'num_extra_tokens={self.num_extra_tokens}')
 
 
 def sincos_pos_embed_2d(hw: Tuple[int, int],

@@ -1,0 +1,291 @@
+"""Each skeleton held to the OpenMMLab class it stands in for.
+
+With the stock class's own keywords (and the running scope's defaults), a
+skeleton whose attention is not swapped loads the stock class's state dict
+strictly and computes the same outputs, at square and odd sizes; it freezes
+the same parameters for every ``frozen_stages``; it refuses what the stock
+class refuses. Small widths keep it fast: the behaviour does not depend on
+them.
+"""
+import pytest
+import torch
+from mmdet.models.backbones import PyramidVisionTransformer as MMDetPVT
+from mmdet.models.backbones import PyramidVisionTransformerV2 as MMDetPVTv2
+from mmdet.models.backbones import SwinTransformer as MMDetSwin
+from mmengine.registry import DefaultScope, init_default_scope
+from mmpretrain.models.backbones import SwinTransformer as MMPretrainSwin
+from mmpretrain.models.backbones import \
+    VisionTransformer as MMPretrainViT
+from mmseg.models.backbones import SwinTransformer as MMSegSwin
+from mmseg.models.backbones import VisionTransformer as MMSegViT
+
+from vitattn_mm.models.backbones import (AttnPVT, AttnPVTv2,
+                                         AttnSwinTransformer, AttnViT,
+                                         FLattenDeiT, FLattenPVT,
+                                         FLattenSwinTransformer, LaViT,
+                                         LessAttnViT, MSFSwinTransformer)
+
+#: mmdet's / mmseg's Swin keywords, as their Swin-T configs spell them.
+MMDET_SWIN = dict(embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8],
+                  window_size=7, mlp_ratio=4, qkv_bias=True, qk_scale=None,
+                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0.2,
+                  patch_norm=True, out_indices=(0, 1, 2, 3), with_cp=False)
+MMPRETRAIN_SWIN = dict(arch=dict(embed_dims=32, depths=[2, 2, 2, 2],
+                                 num_heads=[1, 2, 4, 8]),
+                       img_size=224, drop_path_rate=0.2)
+MMDET_PVT = dict(embed_dims=16, num_layers=[1, 2, 1, 1])
+MMPRETRAIN_VIT = dict(arch=dict(embed_dims=64, num_layers=3, num_heads=2,
+                                feedforward_channels=256),
+                      img_size=224, patch_size=16)
+MMSEG_VIT = dict(img_size=(512, 512), patch_size=16, embed_dims=64,
+                 num_layers=4, num_heads=2, mlp_ratio=4, out_indices=(1, 3),
+                 qkv_bias=True, drop_path_rate=0.1, with_cls_token=True,
+                 norm_cfg=dict(type='LN', eps=1e-6),
+                 interpolate_mode='bicubic')
+
+#: (stock class, our class, keywords, scope of the config they come from)
+PAIRS = {
+    'mmdet-swin': (MMDetSwin, AttnSwinTransformer,
+                   dict(MMDET_SWIN, convert_weights=True), 'mmdet'),
+    'mmseg-swin': (MMSegSwin, AttnSwinTransformer, MMDET_SWIN, 'mmseg'),
+    'mmpretrain-swin': (MMPretrainSwin, AttnSwinTransformer, MMPRETRAIN_SWIN,
+                        'mmpretrain'),
+    'mmdet-pvt': (MMDetPVT, AttnPVT, MMDET_PVT, 'mmdet'),
+    'mmdet-pvtv2': (MMDetPVTv2, AttnPVTv2, MMDET_PVT, 'mmdet'),
+    'mmpretrain-vit': (MMPretrainViT, AttnViT, MMPRETRAIN_VIT, 'mmpretrain'),
+    'mmpretrain-vit-featmap': (MMPretrainViT, AttnViT, dict(
+        MMPRETRAIN_VIT, out_type='featmap', out_indices=(0, 2)),
+                               'mmpretrain'),
+    'mmpretrain-vit-avg': (MMPretrainViT, AttnViT, dict(
+        MMPRETRAIN_VIT, out_type='avg_featmap', with_cls_token=False),
+                           'mmpretrain'),
+    'mmseg-vit': (MMSegViT, AttnViT, MMSEG_VIT, 'mmseg'),
+    'mmseg-vit-final-norm': (MMSegViT, AttnViT, dict(
+        MMSEG_VIT, final_norm=True, with_cls_token=False, pre_norm=True),
+                             'mmseg'),
+}
+
+
+@pytest.fixture
+def scope():
+    """Build as inside a config of the given scope."""
+
+    def enter(name):
+        DefaultScope._instance_dict.clear()
+        init_default_scope(name)
+
+    yield enter
+    DefaultScope._instance_dict.clear()
+
+
+def _pair(name, scope):
+    stock_cls, ours_cls, kwargs, scope_name = PAIRS[name]
+    scope(scope_name)
+    torch.manual_seed(0)
+    stock = stock_cls(**kwargs)
+    with torch.no_grad():  # no zero-initialised tensor left
+        for param in stock.parameters():
+            param.add_(0.02 * torch.randn_like(param))
+    ours = ours_cls(**kwargs)
+    return stock, ours
+
+
+def _outputs(model, x):
+    model.eval()  # the stock classes' train() returns None
+    with torch.no_grad():
+        outs = model(x)
+    return [o if torch.is_tensor(o) else torch.cat([o[0].flatten(1), o[1]],
+                                                   1) for o in outs]
+
+
+@pytest.mark.parametrize('name', list(PAIRS))
+def test_stock_weights_load_strictly_and_compute_the_same(name, scope):
+    stock, ours = _pair(name, scope)
+    ours.load_state_dict(stock.state_dict(), strict=True)
+    for hw in ((224, 224), (225, 353), (511, 511), (112, 137)):
+        x = torch.randn(1, 3, *hw)
+        try:
+            theirs = _outputs(stock, x)
+        except AssertionError:  # a size the stock class refuses
+            with pytest.raises(ValueError, match='at least'):
+                _outputs(ours, x)
+            continue
+        mine = _outputs(ours, x)
+        assert [o.shape for o in mine] == [o.shape for o in theirs], hw
+        for a, b in zip(theirs, mine):
+            torch.testing.assert_close(b, a, rtol=0, atol=2e-5)
+
+
+FROZEN_PAIRS = {
+    # stock class, our class, keywords, scope, stock k for our k
+    'mmdet-swin': (MMDetSwin, AttnSwinTransformer, MMDET_SWIN, 'mmdet',
+                   lambda k: k),
+    'mmseg-swin': (MMSegSwin, AttnSwinTransformer, MMDET_SWIN, 'mmseg',
+                   lambda k: k),
+    # mmpretrain's Swin counts one further (its k freezes our k + 1 stages;
+    # our 0, the stem alone, has no counterpart there).
+    'mmpretrain-swin': (MMPretrainSwin, AttnSwinTransformer, dict(
+        MMPRETRAIN_SWIN, out_indices=(0, 1, 2, 3)), 'mmpretrain',
+                        lambda k: None if k == 0 else max(k - 1, -1)),
+    'mmpretrain-vit': (MMPretrainViT, AttnViT, dict(
+        MMPRETRAIN_VIT, out_type='avg_featmap'), 'mmpretrain', lambda k: k),
+}
+
+
+@pytest.mark.parametrize('name', list(FROZEN_PAIRS))
+def test_frozen_stages_freeze_what_the_stock_class_freezes(name, scope):
+    stock_cls, ours_cls, kwargs, scope_name, theirs = FROZEN_PAIRS[name]
+    scope(scope_name)
+    num_stages = ours_cls(**kwargs).num_stages
+    for k in range(-1, num_stages + 1):
+        if theirs(k) is None:
+            continue
+        stock = stock_cls(**kwargs, frozen_stages=theirs(k))
+        stock.train()
+        ours = ours_cls(**kwargs, frozen_stages=k).train()
+        ours.load_state_dict(stock.state_dict(), strict=True)
+        frozen = {n for n, p in ours.named_parameters() if not p.requires_grad}
+        # The stock names of the frozen parameters, in our layout.
+        expected = {n: p for n, p in stock.named_parameters()
+                    if not p.requires_grad}
+        ours.migrate_all_keys(expected)
+        assert frozen == set(expected), (k, sorted(frozen ^ set(expected)))
+
+
+def test_mmdet_swin_frozen_stages_counts_like_mmdet(scope):
+    """The count mmdet, mmseg and every OpenMMLab ResNet use: 0 freezes the
+    stem, 4 freezes everything (mmdet's Swin accepts it too)."""
+    scope('mmdet')
+    model = AttnSwinTransformer(**MMDET_SWIN, frozen_stages=0).train()
+    frozen = {n.split('.')[0] for n, p in model.named_parameters()
+              if not p.requires_grad}
+    assert frozen == {'patch_embed'}
+    model = AttnSwinTransformer(**MMDET_SWIN, frozen_stages=4).train()
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_bad_arguments_raise_as_the_stock_classes_do(scope):
+    scope('mmdet')
+    with pytest.raises(TypeError, match='pretrained must be a str'):
+        AttnSwinTransformer(**MMDET_SWIN, pretrained=123)
+    with pytest.raises(TypeError):
+        MMDetSwin(**MMDET_SWIN, pretrained=123)
+    with pytest.raises(ValueError, match='strides'):
+        FLattenSwinTransformer(**dict(MMDET_SWIN, strides=(4, 2, 2, 1)))
+    with pytest.raises(ValueError, match='init_cfg or pretrained'):
+        AttnSwinTransformer(**MMDET_SWIN, pretrained='x.pth',
+                            init_cfg=dict(type='Pretrained', checkpoint='y'))
+    scope('mmpretrain')
+    with pytest.raises(ValueError, match="out_type='cls_token'"):
+        AttnViT(**MMPRETRAIN_VIT, with_cls_token=False)
+    with pytest.raises(ValueError, match='stage_cfgs'):
+        AttnSwinTransformer(**MMPRETRAIN_SWIN,
+                            stage_cfgs=dict(block_cfgs=dict(window_size=12)))
+    with pytest.raises(ValueError, match='layer_scale_init_value'):
+        AttnViT(**MMPRETRAIN_VIT, layer_scale_init_value=0.1)
+
+
+def test_a_value_a_family_cannot_honour_raises_naming_it(scope):
+    scope('mmdet')
+    with pytest.raises(ValueError, match='qk_scale'):
+        FLattenSwinTransformer(**dict(MMDET_SWIN, qk_scale=0.5),
+                               num_flatten_stages=4)
+    with pytest.raises(ValueError, match='attn_drop'):
+        FLattenPVT(arch='tiny', attn_drop_rate=0.1)
+    with pytest.raises(ValueError, match='sr_ratio'):
+        AttnPVT(arch='tiny', attn_cfgs=dict(type='MeanShiftAttention'))
+    with pytest.raises(ValueError, match='with_cls_token'):
+        FLattenDeiT(with_cls_token=True, out_type='cls_token')
+    with pytest.raises(ValueError, match='cannot take the mask'):
+        AttnSwinTransformer(**dict(MMDET_SWIN), attn_cfgs=dict(
+            type='ShiftWindowMSA', window_msa='FocusedLinearAttention'))
+
+
+@pytest.mark.parametrize('cls, kwargs', [
+    (FLattenSwinTransformer, {}),
+    (MSFSwinTransformer, dict(groups=2)),
+])
+def test_mmdet_keywords_build_the_same_network_as_arch(cls, kwargs, scope):
+    scope('mmdet')
+    by_keywords = cls(**MMDET_SWIN, **kwargs)
+    by_arch = cls(arch=dict(embed_dims=32, depths=[2, 2, 2, 2],
+                            num_heads=[1, 2, 4, 8]),
+                  drop_path_rate=0.2, **kwargs)
+    assert by_keywords.state_dict().keys() == by_arch.state_dict().keys()
+    by_arch.load_state_dict(by_keywords.state_dict())
+    x = torch.randn(1, 3, 64, 96)
+    for a, b in zip(_outputs(by_keywords, x), _outputs(by_arch, x)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize('cls, kwargs', [
+    (FLattenPVT, MMDET_PVT),
+    (LaViT, dict(MMDET_PVT, num_layers=[1, 2, 2, 2])),
+])
+def test_family_backbones_take_mmdet_pvt_keywords(cls, kwargs, scope):
+    """mmdet's PVT keywords (``num_layers``, base ``embed_dims``) size the
+    families built on PVT; their own defaults (spatial reduction, padding,
+    output norms) stay theirs."""
+    scope('mmdet')
+    model = cls(**kwargs).eval()
+    assert [len(s.blocks) for s in model.stages] == kwargs['num_layers']
+    assert model.num_features == [16, 32, 80, 128]
+    outs = _outputs(model, torch.randn(1, 3, 65, 97))
+    assert [tuple(o.shape[1:]) for o in outs] == [
+        (16, 17, 25), (32, 9, 13), (80, 5, 7), (128, 3, 4)]
+
+
+def test_vit_families_take_mmpretrain_deit_names(scope):
+    """mmpretrain's DeiT configs name the arch 'deit-tiny' and read one
+    vector per image: the class-token-free families give the mean token in
+    mmpretrain configs."""
+    scope('mmpretrain')
+    for cls in (FLattenDeiT, LessAttnViT):
+        model = cls(arch='deit-tiny', img_size=224, patch_size=16,
+                    drop_path_rate=0.1).eval()
+        out, = _outputs(model, torch.randn(2, 3, 225, 353))
+        assert out.shape == (2, 192)
+    scope('mmseg')
+    model = FLattenDeiT(arch='deit-tiny', out_indices=(2, 5, 8, 11)).eval()
+    assert [o.shape for o in _outputs(model, torch.randn(1, 3, 64, 80))] == [
+        (1, 192, 4, 5)] * 4
+
+
+@pytest.mark.slow
+def test_every_stock_config_takes_every_backbone_of_its_arch():
+    """``tools/check_drop_in.py``: the installed packages' Swin, PVT, PVTv2
+    and ViT/DeiT configs with only ``backbone.type`` changed build and run
+    backbone + neck at 224x224 and 225x353; the one refusal is a class token
+    asked of an attention that works on the token grid."""
+    from vitattn_mm.utils.drop_in import check_all
+    cells = check_all(with_stock=False)
+    assert len(cells) == 25
+    assert [c for c in cells if not (c.ok or c.refusal)] == []
+    assert {c.refusal.split(':')[0] for c in cells if c.refusal} == \
+        {'with_cls_token=True'}
+    swin_t = {c.backbone: c.backbone_params for c in cells
+              if c.config.startswith('mmdet::swin/')}
+    assert swin_t['AttnSwinTransformer'] == 27_520_698
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('path', [
+    'configs/drop_in/mask-rcnn_flatten-swin-t_fpn_1x_coco.py',
+    'configs/drop_in/mask-rcnn_msf-swin-t_fpn_1x_coco.py',
+])
+def test_mmdet_swin_config_with_only_the_type_changed_trains(
+        path, run_recipe):
+    """mmdet's stock Swin-T Mask R-CNN with only ``backbone.type`` changed
+    trains an iteration and evaluates on the demo data."""
+    from mmengine.config import Config
+
+    from vitattn_mm.utils.drop_in import stock_config
+    cfg = Config.fromfile(path)
+    stock = stock_config('mmdet', 'swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
+    assert cfg.model.backbone.type != stock.model.backbone.type
+    assert {k: v for k, v in cfg.model.backbone.items() if k != 'type'} == \
+        {k: v for k, v in stock.model.backbone.items() if k != 'type'}
+    cfg.model.backbone.init_cfg = None  # no download on the test machine
+    runner, losses, metrics = run_recipe(cfg)
+    assert type(runner.model.backbone).__name__ == cfg.model.backbone.type
+    assert 'coco/bbox_mAP' in metrics
