@@ -92,3 +92,30 @@ def test_cli_compile_side_by_side(tmp_path):
                if line.startswith(spec))
     # compile s, graphs, recompiles, graph breaks
     assert row.split()[-3:] == ['1', '0', '0'], row
+
+
+def test_backbone_macs_count_the_attention_matmuls():
+    """``--gemm-share`` divides these by the latency: a ViT block's
+    multiply-adds, attention matmuls included, counted by hand."""
+    from vitattn_mm.utils.flops import count_backbone_macs
+    label, model = build_backbone(
+        '{"type": "AttnViT", "arch": {"embed_dims": 32, "depth": 1, '
+        '"num_heads": 2}, "with_cls_token": false, "out_type": "featmap",'
+        ' "final_norm": false}')
+    n, c = 4 * 6, 32  # 64x96 input, 16-pixel patches
+    expected = (n * 3 * 16 * 16 * c  # patch embedding
+                + n * c * 3 * c + 2 * n * n * c + n * c * c  # attention
+                + 2 * n * c * 4 * c)  # FFN
+    macs = count_backbone_macs(model, (64, 96))
+    # LayerNorms are counted too (a few multiply-adds per element).
+    assert expected <= macs <= expected + 3 * 5 * n * c
+
+
+@pytest.mark.slow
+def test_cli_gemm_share(tmp_path):
+    result = subprocess.run(
+        [sys.executable, 'tools/benchmark.py', 'pvt-t', '--shape', '64',
+         '96', '--repeats', '1', '--warmup', '0', '--gemm-share',
+         '--out-dir', str(tmp_path)], capture_output=True, text=True,
+        check=True)
+    assert 'GEMM rate' in result.stdout and 'GEMM share' in result.stdout

@@ -45,7 +45,8 @@ def _capture_logits(model, stage):
     captured = {}
     for j, block in enumerate(model.stages[stage].blocks):
         block.register_forward_hook(
-            lambda m, i, out, j=j: captured.__setitem__(j, out[1].logits))
+            lambda m, i, out, j=j: captured.__setitem__(
+                j, out[1].scores() if out[1].has_scores else None))
     return captured
 
 
@@ -104,7 +105,7 @@ def _naive_reduce(attn, x, hw):
                         norm.bias, norm.eps)
 
 
-@pytest.mark.parametrize('keep_logits', [True, False])
+@pytest.mark.parametrize('keep_logits', [True, 'factors', False])
 def test_vanilla_attention_matches_naive_softmax_attention(keep_logits):
     """Softmax attention over the reduced keys, plus the Attention Residual
     of the previous stage's logits (from the state), on the fused and the
@@ -133,11 +134,86 @@ def test_vanilla_attention_matches_naive_softmax_attention(keep_logits):
     torch.testing.assert_close(grad, attn.residual.head_proj.weight.grad,
                                rtol=1e-4, atol=1e-5)
     if keep_logits:
-        torch.testing.assert_close(state.logits, ref_logits)
+        torch.testing.assert_close(state.scores(), ref_logits)
         assert (state.query_hw, state.key_hw) == (hw, (4, 5))
     else:
-        assert state.logits is None  # older logits are not held on to
+        assert not state.has_scores  # older logits are not held on to
 
+
+
+def _naive_residual(ar, logits, src_hw):
+    """Eq. 6-7 as written: every key's column of logits an image on the
+    query grid, through the module's own conv, GroupNorm, 1x1 conv and
+    LayerScale."""
+    B, h, _, Nk = logits.shape
+    x = logits.permute(0, 3, 1, 2).reshape(B * Nk, h, *src_hw)
+    x = F.pad(x, (0, src_hw[1] % 2, 0, src_hw[0] % 2))
+    x = ar.layer_scale(ar.head_proj(ar.norm(ar.downsample(x))))
+    return x.reshape(B, Nk, x.shape[1], -1).permute(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize('src_hw', [(14, 18), (13, 17)])
+def test_attention_residual_matches_naive_with_kept_or_factored_logits(
+        src_hw):
+    """From a map, and from a VA layer's factors (queries halved before
+    their product with the keys), forward and gradients, odd grids."""
+    torch.manual_seed(0)
+    ar = AttentionResidual(2, 3)
+    for p in ar.parameters():
+        torch.nn.init.normal_(p)
+    n = src_hw[0] * src_hw[1]
+    q = torch.randn(2, 2, n, 8, requires_grad=True)
+    k = torch.randn(2, 2, 20, 8, requires_grad=True)
+    bias = torch.randn(2, 2, n, 20, requires_grad=True)
+    dst_hw = tuple((s + 1) // 2 for s in src_hw)
+    ref = _naive_residual(ar, q @ k.transpose(-2, -1) + bias, src_hw)
+    grads = torch.autograd.grad(ref.square().sum(), (q, k, bias))
+    for state in (LessAttentionState(q @ k.transpose(-2, -1) + bias, src_hw,
+                                     (4, 5)),
+                  LessAttentionState(factors=(q, k, bias, None),
+                                     query_hw=src_hw, key_hw=(4, 5))):
+        out = ar(state, dst_hw)
+        torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+        for ours, theirs in zip(
+                torch.autograd.grad(out.square().sum(), (q, k, bias)),
+                grads):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match='query grid'):
+        ar(state, (3, 3))
+
+
+def test_lavit_with_factored_logits_matches_the_materialised_path(
+        monkeypatch):
+    """The whole network, train mode: outputs, ``loss_dp`` and every
+    gradient as with the full map of every kept layer built and the
+    residual computed per key column (Eq. 6-7 as written)."""
+    torch.manual_seed(0)
+    model = LaViT(TINY, drop_path_rate=0.).train()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    x = torch.randn(2, 3, 75, 101)
+
+    def run():
+        model.zero_grad()
+        outs = model(x)
+        loss_dp = model.pop_aux_losses()['loss_dp']
+        (sum(o.square().mean() for o in outs) + loss_dp).backward()
+        return ([o.detach() for o in outs], loss_dp.detach(),
+                {n: p.grad for n, p in model.named_parameters()})
+
+    outs, loss_dp, grads = run()
+    monkeypatch.setattr(
+        AttentionResidual, 'forward', lambda self, state, dst_hw:
+        _naive_residual(self, state.scores(), state.query_hw))
+    ref_outs, ref_loss_dp, ref_grads = run()
+    for ours, ref in zip(outs, ref_outs):
+        torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(loss_dp, ref_loss_dp, rtol=0, atol=1e-6)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4,
+                                   atol=1e-5, msg=name)
 
 def test_less_attention_uses_transformed_logits_and_own_values():
     torch.manual_seed(0)
@@ -527,3 +603,31 @@ def test_bf16_autocast_full_resolution_is_finite():
     assert all(torch.isfinite(o).all() for o in outs)
     assert la_logits[5].dtype == torch.bfloat16  # attention ran in bf16
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize('hw', [(75, 101), (64, 64)])
+def test_banded_inference_matches_the_map_in_one_piece(hw):
+    """At inference the LA layers transform and apply large maps in bands
+    of query rows (with the transform's halo): outputs and the logits they
+    pass on as in one piece, for bands of one row and more."""
+    torch.manual_seed(0)
+    model = LaViT(TINY).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    x = torch.randn(1, 3, *hw)
+    la = [b.attn for s in model.stages for b in s.blocks
+          if isinstance(b.attn, LessAttention)]
+    captured = _capture_logits(model, stage=2)
+    with torch.no_grad():
+        ref = model(x)
+        ref_logits = dict(captured)
+        for band in (1, 300, 1000):  # elements: one row or a few
+            for attn in la:
+                attn.band_elements = band
+            outs = model(x)
+            for a, b in zip(outs, ref):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+            for j, logits in captured.items():
+                torch.testing.assert_close(logits, ref_logits[j], rtol=0,
+                                           atol=1e-6)

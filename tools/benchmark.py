@@ -28,9 +28,11 @@ from tqdm import tqdm
 
 import vitattn_mm  # noqa: F401
 from vitattn_mm.utils.benchmark import (PRESETS, SUITE, build_backbone,
-                                        fit_exponent, measure, plot_sweep,
-                                        preset_names, run_once, write_csv)
+                                        fit_exponent, gemm_rate, measure,
+                                        plot_sweep, preset_names, run_once,
+                                        write_csv)
 from vitattn_mm.utils.compile import compile_backbone, compile_stats
+from vitattn_mm.utils.flops import count_backbone_macs
 
 
 def parse_args():
@@ -69,6 +71,10 @@ def parse_args():
                         "'aot_eager' or 'eager'")
     parser.add_argument('--compile-mode', help="inductor mode, e.g. "
                         "'max-autotune'")
+    parser.add_argument('--gemm-share', action='store_true',
+                        help='CPU: each model\'s multiply-adds per second '
+                        'as a share of the machine\'s fp32 matmul rate (how '
+                        'well its time turns into arithmetic)')
     parser.add_argument('--list', action='store_true',
                         help='list the preset names and exit')
     return parser.parse_args()
@@ -104,6 +110,19 @@ def report(results, baseline, unit_ms=True):
                          if m.peak_bytes and base.peak_bytes else float('nan'))
             line += f'{m.median / base.median:>11.2f}{mem_ratio:>10.2f}'
         lines.append(line)
+    return '\n'.join(lines)
+
+
+def gemm_share_report(models, results, shape):
+    """MAC/s of each model and its share of the single-GEMM rate."""
+    rate = gemm_rate()
+    lines = [f'fp32 GEMM rate (2048^3): {rate / 1e9:.1f} GMAC/s',
+             f'{"model":<26}{"GMAC":>8}{"GMAC/s":>9}{"GEMM share":>12}']
+    for name, m in results.items():
+        macs = count_backbone_macs(models[name], shape) * m.batch
+        lines.append(f'{name:<26}{macs / 1e9:>8.1f}'
+                     f'{macs / m.median / 1e9:>9.2f}'
+                     f'{macs / m.median / rate:>12.0%}')
     return '\n'.join(lines)
 
 
@@ -187,6 +206,8 @@ def main():
             rows.extend(results.values())
             tqdm.write(f'\n{shape[0]}x{shape[1]}:\n'
                        + report(results, baseline))
+            if args.gemm_share:
+                tqdm.write(gemm_share_report(models, results, shape))
             if args.compile:
                 tqdm.write(compile_report(results))
             progress.update()

@@ -265,7 +265,7 @@ def lavit_maps(model: nn.Module, image: torch.Tensor,
         (f'LaViT: LA layer {la} (transformed)', la_store,
          'the VA map until trained (identity-initialised transform)'),
     ):
-        probs = store['output'][1].logits[0, :, qi].float().softmax(-1)
+        probs = store['output'][1].scores()[0, :, qi].float().softmax(-1)
         maps.append(
             AttentionMap(title, _to_map(_reduce_heads(probs, head),
                                         tuple(kv_hw)), query, hw, note))

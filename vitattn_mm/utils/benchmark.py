@@ -234,6 +234,20 @@ def measure(models: Dict[str, nn.Module],
     return results
 
 
+def gemm_rate(size: int = 2048, repeats: int = 5) -> float:
+    """The machine's fp32 matrix-multiply rate on the CPU with the current
+    threads, in multiply-adds per second (best of ``repeats``): what a
+    network whose time went to large matmuls would reach."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = float('inf')
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return size**3 / best
+
+
 def fit_exponent(pixels: Sequence[float], values: Sequence[float]) -> float:
     """Slope of log(value) over log(pixels): 1 = linear, 2 = quadratic."""
     return float(np.polyfit(np.log(pixels), np.log(values), 1)[0])

@@ -258,6 +258,26 @@ def count_complexity(cfg: Config,
     return result
 
 
+def count_backbone_macs(backbone: nn.Module, shape: Sequence[int]) -> int:
+    """Multiply-adds of one ``backbone`` forward pass on a ``1 x 3 x H x W``
+    input, attention matmuls included (the counter and handles of
+    :func:`count_complexity`)."""
+    backbone.eval()
+    analyzer = FlopAnalyzer(backbone, (torch.randn(1, 3, *shape), ))
+    analyzer.set_op_handle(
+        **{
+            'aten::matmul': _matmul_handle,
+            'aten::baddbmm': _baddbmm_handle,
+            'aten::einsum': _einsum_handle,
+            'aten::scaled_dot_product_attention': _sdpa_handle,
+        })
+    analyzer.unsupported_ops_warnings(False)
+    analyzer.uncalled_modules_warnings(False)
+    analyzer.tracer_warnings('none')
+    with torch.no_grad():
+        return int(analyzer.total())
+
+
 def format_complexity(result: Complexity) -> str:
     """Human-readable report as printed by ``tools/get_flops.py``."""
     h, w = result.input_shape

@@ -86,6 +86,11 @@ class ConvAttentionTransform(BaseModule):
         self.head_mix = nn.Conv2d(num_heads, num_heads, 1, bias=False)
         self.reset_parameters()
 
+    @property
+    def halo(self) -> int:
+        """Rows of the query grid on each side that one output row reads."""
+        return self.query_conv.kernel_size[0] // 2
+
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """Identity: centre taps 1, no mixing across heads."""
@@ -98,26 +103,27 @@ class ConvAttentionTransform(BaseModule):
 
     def forward(self, logits: torch.Tensor, query_hw: Grid,
                 key_hw: Grid) -> torch.Tensor:
-        # Every row (then column) of scores becomes one channel of a single
-        # depthwise conv with the row's head kernel: on CPUs this is several
-        # times faster than a batch of N tiny h-channel images. The key
-        # conv runs channels-last, which leaves its output key-major, the
-        # layout the query conv and the per-key head mixing read directly.
+        # The maps are never transposed. A head's (N_q, key grid) scores
+        # are N_q images of the key grid in NCHW and, read as channels-last,
+        # N_k images of the query grid: each conv runs in the layout the
+        # scores already have, one head at a time (its kernel shared by all
+        # the head's rows / columns), and the heads mix per score.
         B, h, Nq, Nk = logits.shape
         if is_capturing():
             return self._forward_batched(logits, query_hw, key_hw)
         pad = self.key_conv.padding
-        rows = B * h * Nq
-        x = logits.reshape(1, rows, *key_hw).contiguous(
-            memory_format=torch.channels_last)
-        x = F.conv2d(x, self.key_conv.weight.repeat_interleave(Nq, 0)
-                     .repeat(B, 1, 1, 1), padding=pad, groups=rows)
-        x = x.permute(0, 2, 3, 1).reshape(1, Nk * B * h, *query_hw)
-        x = F.conv2d(x, self.query_conv.weight.repeat(Nk * B, 1, 1, 1),
-                     padding=pad, groups=Nk * B * h)
-        x = F.conv2d(x, self.head_mix.weight.repeat(Nk * B, 1, 1, 1),
-                     groups=Nk * B)
-        return x.reshape(Nk, B, h, Nq).permute(1, 2, 3, 0)
+        heads = []
+        for i in range(h):
+            x = logits[:, i].reshape(B, Nq, *key_hw)
+            x = F.conv2d(x, self.key_conv.weight[i:i + 1].expand(Nq, -1, -1,
+                                                                -1),
+                         padding=pad, groups=Nq)
+            x = x.reshape(B, *query_hw, Nk).permute(0, 3, 1, 2)
+            x = F.conv2d(x, self.query_conv.weight[i:i + 1].expand(
+                Nk, -1, -1, -1), padding=pad, groups=Nk)
+            heads.append(x.permute(0, 2, 3, 1).reshape(B, Nq, Nk))
+        # (B, heads, N_q, N_k) is NCHW with the heads as channels.
+        return self.head_mix(torch.stack(heads, 1))
 
     def _forward_batched(self, logits: torch.Tensor, query_hw: Grid,
                          key_hw: Grid) -> torch.Tensor:
@@ -206,24 +212,49 @@ def build_attention_transform(cfg: dict, num_heads: int,
 class LessAttentionState(AttentionState):
     """What Less-Attention layers pass on, one per forward pass.
 
+    A VA layer keeps its logits as their factors (scaled queries, keys,
+    additive bias): the layers after it read them through :meth:`scores`
+    only where they need the ``N_q x N_k`` map (an LA layer), while the
+    Attention Residual halves the queries before the product, so the
+    largest map of a PVT-like network (stage 1) is never built.
+
     Args:
         logits (Tensor, optional): The last kept pre-softmax logits,
-            ``(B * windows, heads, N_q, N_k)``.
+            ``(B * windows, heads, N_q, N_k)``, as an LA layer computed
+            them (else see ``factors``).
         query_hw (tuple[int, int]): Their query grid.
         key_hw (tuple[int, int]): Their key grid.
         windows (int): Windows per image the logits are batched over (1
             outside windows; set by the window wrapper).
         maps (tuple): ``(logits, query_hw, key_hw, weight)`` of the LA
             layers of a training pass, for the Diagonality-Preserving loss.
+        factors (tuple, optional): A VA layer's logits, kept as ``(q *
+            scale, k, bias, bias_windows)``: ``q @ k^T`` plus ``bias``
+            (None, or added as :func:`_add_bias` adds it).
     """
     logits: Optional[torch.Tensor] = None
     query_hw: Optional[Grid] = None
     key_hw: Optional[Grid] = None
     windows: int = 1
     maps: tuple = ()
+    factors: Optional[tuple] = None
 
     def replace(self, **changes) -> 'LessAttentionState':
         return dataclasses.replace(self, **changes)
+
+    @property
+    def has_scores(self) -> bool:
+        """Whether a layer before kept its logits."""
+        return self.logits is not None or self.factors is not None
+
+    def scores(self) -> torch.Tensor:
+        """The kept logits ``(B * windows, heads, N_q, N_k)``."""
+        if self.logits is not None:
+            return self.logits
+        if self.factors is None:
+            raise ValueError('no layer before kept its logits')
+        q, k, bias, windows = self.factors
+        return _add_bias(q @ k.transpose(-2, -1), bias, windows)
 
     def in_windows(self, windows_per_image: int) -> 'LessAttentionState':
         return self.replace(windows=windows_per_image)
@@ -279,6 +310,16 @@ def _combine_bias(B: int, *terms: Optional[torch.Tensor],
     return bias, windows
 
 
+def _add_bias(logits: torch.Tensor, bias: Optional[torch.Tensor],
+              windows: Optional[int]) -> torch.Tensor:
+    """``logits + bias`` as :func:`_combine_bias` returned them."""
+    if bias is None:
+        return logits
+    if windows:
+        return (logits.unflatten(0, (-1, windows)) + bias).flatten(0, 1)
+    return logits + bias
+
+
 # ---------------------------------------------------------------- attention
 @ATTENTIONS.register_module()
 class VanillaAttention(SpatialReductionAttention):
@@ -298,7 +339,10 @@ class VanillaAttention(SpatialReductionAttention):
         num_heads (int): Attention heads.
         sr_ratio (int): Spatial reduction of keys and values. Default: 1.
         qkv_bias (bool): Bias in the q / kv projections. Default: True.
-        keep_logits (bool): Keep the pre-softmax logits. Default: False.
+        keep_logits (bool | str): Keep the pre-softmax logits: True builds
+            the map (for an LA layer next), 'factors' keeps ``q``, ``k``
+            and the bias (for the next stage's residual only).
+            Default: False.
         residual (dict, optional): The Attention Residual from the previous
             stage: ``dict(type='conv' | 'window', in_heads=..., 
             layer_scale_init=0.1)`` (:class:`AttentionResidual`,
@@ -340,27 +384,35 @@ class VanillaAttention(SpatialReductionAttention):
         rpb = None if self.relative_position_bias is None else \
             self.relative_position_bias()
         residual = None
-        if self.residual is not None and state.logits is not None:
+        if self.residual is not None and state.has_scores:
             residual = self.residual(state, tuple(hw_shape))
         B = q.shape[0]
-        if not self.keep_logits:
-            bias, windows = _combine_bias(B, rpb, residual, mask=mask)
-            if windows:
-                q, k, v = (t.unflatten(0, (-1, windows)) for t in (q, k, v))
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=None if bias is None else bias.to(q.dtype),
-                scale=self.scale)
-            out = out.flatten(0, 1) if windows else out
-            return self.output(out), state.replace(logits=None)
-        bias, windows = _combine_bias(B, rpb, residual)
-        logits = (q * self.scale) @ k.transpose(-2, -1)
-        if bias is not None:
-            logits = (logits.unflatten(0, (-1, windows)) + bias).flatten(
-                0, 1) if windows else logits + bias
-        out = _masked_softmax(logits, mask).to(v.dtype) @ v
-        # Kept without the shift mask: an LA layer re-adds its own.
-        return self.output(out), state.replace(
-            logits=logits, query_hw=tuple(hw_shape), key_hw=kv_hw, windows=1)
+        kept = self.keep_logits
+        if kept and kept != 'factors':
+            # An LA layer reads the map next: build it once, here.
+            kept_bias, kept_windows = _combine_bias(B, rpb, residual)
+            logits = _add_bias((q * self.scale) @ k.transpose(-2, -1),
+                               kept_bias, kept_windows)
+            out = _masked_softmax(logits, mask).to(v.dtype) @ v
+            # Kept without the shift mask: an LA layer re-adds its own.
+            return self.output(out), state.replace(
+                logits=logits, factors=None, query_hw=tuple(hw_shape),
+                key_hw=kv_hw, windows=1)
+        # Fused attention; only the next stage's residual reads the logits,
+        # from their factors (it halves the queries first).
+        bias, windows = _combine_bias(B, rpb, residual, mask=mask)
+        qw, kw, vw = (q, k, v) if not windows else (
+            t.unflatten(0, (-1, windows)) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(
+            qw, kw, vw, attn_mask=None if bias is None else bias.to(q.dtype),
+            scale=self.scale)
+        out = self.output(out.flatten(0, 1) if windows else out)
+        if not kept:
+            return out, state.replace(logits=None, factors=None)
+        return out, state.replace(
+            logits=None, factors=(q * self.scale, k,
+                                  *_combine_bias(B, rpb, residual)),
+            query_hw=tuple(hw_shape), key_hw=kv_hw, windows=1)
 
     @torch.no_grad()
     def query_attention(self, x, hw_shape, index, state=None):
@@ -373,7 +425,7 @@ class VanillaAttention(SpatialReductionAttention):
         if self.relative_position_bias is not None:
             logits = logits + self.relative_position_bias()[:, index]
         if self.residual is not None and state is not None and \
-                _state(state).logits is not None:
+                _state(state).has_scores:
             residual = self.residual(_first_image(state), tuple(hw_shape))
             logits = logits + residual[0, :, index]
         return QueryAttention(logits.softmax(-1), kv_hw, q[:, index], k,
@@ -466,35 +518,74 @@ class LessAttention(SpatialReduction):
                 state: Optional[AttentionState] = None,
                 mask: Optional[torch.Tensor] = None):
         state = _state(state)
-        if state.logits is None:
+        if not state.has_scores:
             raise ValueError(
                 'LessAttention transforms the logits of the layer before '
                 'it, and none were kept: build that VanillaAttention with '
                 'keep_logits=True (less_attention_layers() does)')
         v_tokens, v_hw = self.reduce(x, hw_shape)
         v = split_heads(self.v(v_tokens), self.num_heads)
-        logits = self.transform(state.logits, tuple(hw_shape), v_hw)
-        out = _masked_softmax(logits, mask).to(v.dtype) @ v
+        logits, out = self._transform_and_attend(state.scores(),
+                                                 tuple(hw_shape), v_hw, v,
+                                                 mask)
         maps = state.maps
         if self.dp_loss_weight > 0 and self.training and \
                 torch.is_grad_enabled():
             maps = maps + ((logits, tuple(hw_shape), v_hw,
                             self.dp_loss_weight), )
         return self.output(out), state.replace(
-            logits=logits, query_hw=tuple(hw_shape), key_hw=v_hw, windows=1,
-            maps=maps)
+            logits=logits, factors=None, query_hw=tuple(hw_shape),
+            key_hw=v_hw, windows=1, maps=maps)
+
+    #: At inference, maps larger than this (elements) are transformed and
+    #: applied in bands of query rows of about this size (8 MiB of fp32,
+    #: the fastest on the CPUs we measured; see docs/lavit.md).
+    band_elements = 2**21
+
+    def _transform_and_attend(self, prev: torch.Tensor, hw: Grid,
+                              v_hw: Grid, v: torch.Tensor,
+                              mask: Optional[torch.Tensor]):
+        """``T(prev)`` and ``softmax(T(prev)) @ v``.
+
+        At inference, a large map goes through in bands of query-grid rows,
+        each with the transform's halo of rows around it: the transform's
+        intermediates and the softmax live one band at a time (in cache),
+        and only the transformed map, which the next layer reads, is
+        written out whole. The result is the same as in one piece.
+        """
+        H, W = hw
+        halo = getattr(self.transform, 'halo', None)
+        # Not in a traced graph either: the FLOP counter traces, and counts
+        # the network's arithmetic, not the bands' halo rows.
+        if (halo is None or mask is not None or torch.is_grad_enabled()
+                or is_capturing() or torch.jit.is_tracing()
+                or prev.numel() <= self.band_elements):
+            logits = self.transform(prev, hw, v_hw)
+            return logits, _masked_softmax(logits, mask).to(v.dtype) @ v
+        rows = max(1, self.band_elements * H // prev.numel())
+        logits = torch.empty_like(prev)
+        out = v.new_empty(*prev.shape[:-1], v.shape[-1])
+        for top in range(0, H, rows):
+            bottom = min(H, top + rows)
+            start, stop = max(0, top - halo), min(H, bottom + halo)
+            band = self.transform(prev[:, :, start * W:stop * W],
+                                  (stop - start, W), v_hw)
+            band = band[:, :, (top - start) * W:(bottom - start) * W]
+            logits[:, :, top * W:bottom * W] = band
+            out[:, :, top * W:bottom * W] = band.softmax(-1).to(v.dtype) @ v
+        return logits, out
 
     @torch.no_grad()
     def query_attention(self, x, hw_shape, index, state=None):
         """The softmax weights of query ``index``: a row of the transformed
         logits of ``state`` (the previous layer's); the keys are the
         values' tokens."""
-        if state is None or _state(state).logits is None:
+        if state is None or not _state(state).has_scores:
             raise ValueError('an LA layer draws from the logits of the layer '
                              'before it: give its state')
         state = _first_image(state)
         v_tokens, v_hw = self.reduce(x[:1], hw_shape)
-        logits = self.transform(state.logits, tuple(hw_shape), v_hw)
+        logits = self.transform(state.scores(), tuple(hw_shape), v_hw)
         v = split_heads(self.v(v_tokens), self.num_heads)[0]
         return QueryAttention(logits[0, :, index].softmax(-1), v_hw,
                               v.new_zeros(v.shape[0], v.shape[-1]), v,
@@ -529,10 +620,21 @@ def _migrate_reduction_keys(state_dict: dict, prefix: str) -> None:
             state_dict[prefix + 'norm.' + rest[5:]] = state_dict.pop(key)
 
 
+def _per_query(factors: Optional[tuple]) -> bool:
+    """Whether kept factors have one row per query in every term (their
+    bias is none or ``(B | 1, heads, N_q, N_k)``), so the residual can
+    halve them before their product."""
+    if factors is None:
+        return False
+    q, _, bias, windows = factors
+    return not windows and (bias is None or bias.dim() == 4
+                            and bias.shape[0] in (1, q.shape[0]))
+
+
 def _first_image(state: AttentionState) -> LessAttentionState:
     """The state of the first image of a batch."""
     state = _state(state)
-    return state.replace(logits=state.logits[:state.windows])
+    return state.replace(logits=state.scores()[:state.windows], factors=None)
 
 
 # ------------------------------------------------------- attention residual
@@ -574,16 +676,44 @@ class AttentionResidual(BaseModule):
 
     def forward(self, state: LessAttentionState,
                 dst_hw: Grid) -> torch.Tensor:
-        """``(B, h_in, N_src, N_k)`` logits -> ``(B, h_out, N_dst, N_k)``."""
-        logits, src_hw = state.logits, state.query_hw
-        B, h, _, Nk = logits.shape
-        x = logits.permute(0, 3, 1, 2).reshape(B * Nk, h, *src_hw)
-        x = F.pad(x, (0, src_hw[1] % 2, 0, src_hw[0] % 2))
-        x = self.layer_scale(self.head_proj(self.norm(self.downsample(x))))
-        if tuple(x.shape[-2:]) != tuple(dst_hw):
+        """``(B, h_in, N_src, N_k)`` logits -> ``(B, h_out, N_dst, N_k)``.
+
+        The maps stay in their ``(B, heads, queries, keys)`` layout (no
+        per-key images are cut out of them). The downsampling is linear
+        along the queries, so for logits kept as factors it halves the
+        queries before their product with the keys: ``DWConv(q k^T) =
+        DWConv(q) k^T``, a quarter of the map, which the previous stage's
+        full map never has to exist for.
+        """
+        src_hw = state.query_hw
+        if tuple(grid_after_stride(src_hw, 2)) != tuple(dst_hw):
             raise ValueError(f'attention residual maps a {src_hw} query grid '
-                             f'to {tuple(x.shape[-2:])}, not {dst_hw}')
-        return x.reshape(B, Nk, x.shape[1], -1).permute(0, 2, 3, 1)
+                             f'to {grid_after_stride(src_hw, 2)}, not '
+                             f'{tuple(dst_hw)}')
+        if state.logits is None and _per_query(state.factors):
+            q, k, bias, _ = state.factors
+            x = self._halve_queries(q, src_hw) @ k.transpose(-2, -1)
+            if bias is not None:
+                x = x + self._halve_queries(bias, src_hw)
+        else:
+            x = self._halve_queries(state.scores(), src_hw)
+        # GroupNorm(1, h_in) of every key's column: over heads and queries.
+        var, mean = torch.var_mean(x, dim=(1, 2), unbiased=False,
+                                   keepdim=True)
+        x = (x - mean) * torch.rsqrt(var + self.norm.eps)
+        # (B, heads, queries, keys) is NCHW with the heads as channels.
+        return self.layer_scale(self.head_proj(x))
+
+    def _halve_queries(self, x: torch.Tensor, src_hw: Grid) -> torch.Tensor:
+        """The depthwise 2x2 stride-2 conv over the query grid of ``(B, h,
+        N_src, D)``, corner-padded: ``(B, h, N_dst, D)``."""
+        B, h, _, D = x.shape
+        x = F.pad(x.reshape(B, h, *src_hw, D),
+                  (0, 0, 0, src_hw[1] % 2, 0, src_hw[0] % 2))
+        taps = self.downsample.weight[:, 0, :, :, None, None, None]
+        out = sum(taps[:, i, j] * x[:, :, i::2, j::2] for i in (0, 1)
+                  for j in (0, 1))
+        return out.flatten(2, 3)
 
 
 class WindowAttentionResidual(BaseModule):
@@ -619,7 +749,7 @@ class WindowAttentionResidual(BaseModule):
     def forward(self, state: LessAttentionState,
                 dst_hw: Grid) -> torch.Tensor:
         """``(B*nW_src, h_in, N, N)`` -> ``(B, h_out, N, N)``."""
-        logits = state.logits
+        logits = state.scores()
         _, h, N, _ = logits.shape
         x = logits.view(-1, state.windows, h, N, N).mean(dim=1)
         return self.layer_scale(self.head_proj(self.norm(x)))
@@ -720,7 +850,9 @@ def less_attention_layers(depths: Sequence[int],
             next_is_la = bool(start) and j + 2 >= start and j + 1 < depth
             feeds_residual = (j + 1 == depth and i + 1 < num_stages
                               and residual[i + 1] is not None)
-            layer = dict(va[j], keep_logits=next_is_la or feeds_residual)
+            keep = True if next_is_la else (
+                'factors' if feeds_residual else False)
+            layer = dict(va[j], keep_logits=keep)
             if j == 0 and residual[i] is not None:
                 layer['residual'] = dict(residual[i])
             layers.append(layer)
