@@ -659,6 +659,8 @@ class AttentionResidual(BaseModule):
         layer_scale_init (float): Initial LayerScale. Default: 0.1.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
+    #: Whether the previous stage's query grid is halved (a 2x2 conv).
+    halves_queries = True
 
     def __init__(self,
                  in_heads: int,
@@ -666,9 +668,10 @@ class AttentionResidual(BaseModule):
                  layer_scale_init: float = 0.1,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
-        self.downsample = nn.Conv2d(in_heads, in_heads, 2, stride=2,
-                                    groups=in_heads, bias=False)
-        nn.init.constant_(self.downsample.weight, 0.25)
+        if self.halves_queries:
+            self.downsample = nn.Conv2d(in_heads, in_heads, 2, stride=2,
+                                        groups=in_heads, bias=False)
+            nn.init.constant_(self.downsample.weight, 0.25)
         self.norm = nn.GroupNorm(1, in_heads, affine=False)
         self.head_proj = nn.Conv2d(in_heads, out_heads, 1, bias=False)
         self.layer_scale = LayerScale(
@@ -716,7 +719,7 @@ class AttentionResidual(BaseModule):
         return out.flatten(2, 3)
 
 
-class WindowAttentionResidual(BaseModule):
+class WindowAttentionResidual(AttentionResidual):
     """The Attention Residual between Swin stages.
 
     Swin's windows keep their size, not their tokens: a window of the next
@@ -734,17 +737,7 @@ class WindowAttentionResidual(BaseModule):
         layer_scale_init (float): Initial LayerScale. Default: 0.1.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
-
-    def __init__(self,
-                 in_heads: int,
-                 out_heads: int,
-                 layer_scale_init: float = 0.1,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        self.norm = nn.GroupNorm(1, in_heads, affine=False)
-        self.head_proj = nn.Conv2d(in_heads, out_heads, 1, bias=False)
-        self.layer_scale = LayerScale(
-            out_heads, layer_scale_init, data_format='channels_first')
+    halves_queries = False  # the window keeps its size between stages
 
     def forward(self, state: LessAttentionState,
                 dst_hw: Grid) -> torch.Tensor:
