@@ -843,8 +843,14 @@ def less_attention_layers(depths: Sequence[int],
             next_is_la = bool(start) and j + 2 >= start and j + 1 < depth
             feeds_residual = (j + 1 == depth and i + 1 < num_stages
                               and residual[i + 1] is not None)
-            keep = True if next_is_la else (
-                'factors' if feeds_residual else False)
+            reads_windows = feeds_residual and \
+                residual[i + 1].get('type') == 'window'
+            if next_is_la or reads_windows:
+                keep = True  # the next reader takes the whole map
+            elif feeds_residual:
+                keep = 'factors'  # the conv residual halves the queries
+            else:
+                keep = False
             layer = dict(va[j], keep_logits=keep)
             if j == 0 and residual[i] is not None:
                 layer['residual'] = dict(residual[i])
