@@ -61,7 +61,10 @@ param_scheduler = [
     dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True,
          milestones=[6], gamma=0.1)
 ]
-custom_hooks = [dict(type='EvaluateBeforeTrainHook')]
+custom_hooks = [
+    dict(type='EvaluateBeforeTrainHook'),
+    dict(type='CheckpointCheckHook')
+]
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=10),
     checkpoint=dict(type='CheckpointHook', interval=max_epochs))

@@ -5,5 +5,8 @@
 # projection: for the paper's setting use mask-rcnn_msf-swin-t_fpn_1x_coco.py.
 _base_ = ['mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+# Refuse a load_from file that would leave the model mostly random, also
+# with mmdet's own tools/train.py.
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(backbone=dict(type='MSFSwinTransformer'))
