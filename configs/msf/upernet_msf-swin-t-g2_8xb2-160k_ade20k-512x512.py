@@ -6,3 +6,7 @@ model = dict(
         groups=2,
         # ImageNet-1k weights of msf-swin-t-g2_4xb256-300e_in1k.py.
         init_cfg=dict(checkpoint='pretrain/msf-swin-t-g2_in1k.pth')))
+
+recipe_sources = dict(
+    pretrained='ours: pretrain/msf-swin-t-g2_in1k.pth, trained with '
+    'configs/msf/msf-swin-t-g2_4xb256-300e_in1k.py (MSF released no weights)')

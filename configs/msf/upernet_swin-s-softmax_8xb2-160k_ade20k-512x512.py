@@ -7,3 +7,7 @@ model = dict(
         mean_shift=False,
         # ImageNet-1k weights of swin-s-softmax_4xb256-300e_in1k.py.
         init_cfg=dict(checkpoint='pretrain/swin-s-softmax_in1k.pth')))
+
+recipe_sources = dict(
+    pretrained='ours: pretrain/swin-s-softmax_in1k.pth, trained with '
+    'configs/msf/swin-s-softmax_4xb256-300e_in1k.py (MSF released no weights)')
