@@ -1,5 +1,6 @@
 # Mask R-CNN L2ViT-S, 3x (official config; no paper row): the 1x recipe for
-# 36 epochs (steps at 27 and 33) with stochastic depth 0.2.
+# 36 epochs (steps at 27 and 33) with stochastic depth 0.2
+# (official maskrcnn_3x_l2vit_v0_small_coco.py).
 _base_ = ['./mask-rcnn_l2vit-s_fpn_ms-crop-1x_coco.py']
 
 model = dict(backbone=dict(drop_path_rate=0.2))
@@ -17,3 +18,9 @@ param_scheduler = [
         milestones=[27, 33],
         gamma=0.1)
 ]
+
+recipe_sources = dict(
+    schedule='official: L2ViT/object_detection/configs/L2ViT/'
+    'maskrcnn_3x_l2vit_v0_small_coco.py (36 epochs, steps 27 / 33)',
+    drop_path='official: L2ViT/object_detection/configs/L2ViT/'
+    'maskrcnn_3x_l2vit_v0_small_coco.py (0.2)')
