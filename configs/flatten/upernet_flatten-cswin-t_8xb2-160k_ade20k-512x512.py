@@ -18,3 +18,8 @@ model = dict(
             type='Pretrained', checkpoint='pretrain/flatten_cswin_t.pth')),
     decode_head=dict(in_channels=[64, 128, 256, 512]),
     auxiliary_head=dict(in_channels=256))
+
+recipe_sources = dict(
+    drop_path='official: CSWin-Transformer/segmentation/configs/cswin/'
+    'upernet_cswin_tiny.py (0.3)',
+    pretrained="official: FLatten-Transformer README, flatten_cswin_t.pth (TsinghuaCloud https://cloud.tsinghua.edu.cn/f/48ba765ba8b0451d9d5a/?dl=1, loaded and converted by init_cfg); its 'state_dict_ema', as CSwin's own segmentation loader")
