@@ -2,6 +2,7 @@
 # tables: the LaViT table's "ResNet-50 28.5M / 183G" Semantic FPN row.
 _base_ = ['mmseg::sem_fpn/fpn_r50_4xb4-160k_ade20k-512x512.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 param_scheduler = [
     dict(
@@ -14,3 +15,7 @@ param_scheduler = [
 ]
 train_cfg = dict(max_iters=80000, val_interval=8000)
 default_hooks = dict(checkpoint=dict(interval=8000))
+
+recipe_sources = dict(
+    schedule='paper: LaViT Table 4 / PVT Section 5.2 (Semantic FPN 80k; '
+    "mmseg's R50 recipe otherwise)")

@@ -44,3 +44,17 @@ param_scheduler = [
         end=80000,
         by_epoch=False)
 ]
+
+_SWIN_UPER = ('openmmlab: mmseg::swin/swin-tiny-patch4-window7-in1k-pre_'
+              'upernet_8xb2-160k_ade20k-512x512.py')
+recipe_sources = dict(
+    optimizer="ours: no Swin Semantic FPN recipe was published; the Swin "
+    'UperNet optimizer (' + _SWIN_UPER[11:] + ') on the 80k Semantic FPN '
+    'schedule of the LaViT table',
+    lr=_SWIN_UPER,
+    weight_decay=_SWIN_UPER,
+    schedule='paper: LaViT Table 4 (Semantic FPN 80k)',
+    warmup=_SWIN_UPER + ' (1500 iterations)',
+    drop_path=_SWIN_UPER + ' (0.3)',
+    pretrained='openmmlab: mmseg Swin-T ImageNet weights '
+    'swin_tiny_patch4_window7_224_20220317-1cdeb081.pth (direct URL)')

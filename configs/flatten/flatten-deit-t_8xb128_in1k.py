@@ -6,6 +6,7 @@
 # The FLatten repository released no FLatten-DeiT code or weights.
 _base_ = ['mmpretrain::deit/deit-tiny_4xb256_in1k.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(
@@ -28,3 +29,7 @@ optim_wrapper = dict(
             '.positional_encoding': dict(decay_mult=0.),
             'attn.scale': dict(decay_mult=0.)
         }))
+
+recipe_sources = dict(
+    drop_path="paper: DeiT (0.1; also the FLatten training code's default "
+    'MODEL.DROP_PATH_RATE; no FLatten-DeiT code was released)')

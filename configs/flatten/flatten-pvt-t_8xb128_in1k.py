@@ -2,6 +2,7 @@
 # AdamW lr 1e-3 wd 0.05, cosine after 5 warm-up epochs, DeiT augmentation.
 _base_ = ['mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(
@@ -32,3 +33,13 @@ param_scheduler = [
         convert_to_iter_based=True),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=5)
 ]
+
+_FL = 'official: FLatten-Transformer/'
+recipe_sources = dict(
+    optimizer='paper: FLatten Section 5.1 (AdamW, lr 1e-3 at batch 1024, '
+    'wd 0.05, 300 epochs cosine)',
+    batch=_FL + 'cfgs/flatten_pvt_t.yaml (8x128)',
+    warmup=_FL + 'cfgs/flatten_pvt_t.yaml (WARMUP_EPOCHS 5)',
+    drop_path=_FL + 'cfgs/flatten_pvt_t.yaml (0.1)',
+    clip_grad=_FL + 'cfgs/flatten_pvt_t.yaml (CLIP_GRAD None)',
+    augmentation='paper: FLatten Section 5.1 (DeiT augmentation)')

@@ -1,7 +1,12 @@
 _base_ = ['./flatten-pvtv2-b0_8xb128_in1k.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(arch='b4', drop_path_rate=0.3),
     head=dict(in_channels=512))
 optim_wrapper = dict(clip_grad=dict(_delete_=True, max_norm=1.0))
+
+recipe_sources = dict(
+    drop_path='official: FLatten-Transformer/cfgs/flatten_pvt_v2_b4.yaml (0.3)',
+    clip_grad='official: FLatten-Transformer/cfgs/flatten_pvt_v2_b4.yaml (CLIP_GRAD 1.0)')

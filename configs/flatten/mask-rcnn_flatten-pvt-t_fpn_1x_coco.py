@@ -1,5 +1,6 @@
 _base_ = ['../baselines/mask-rcnn_pvt-t_fpn_1x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(
@@ -22,3 +23,8 @@ optim_wrapper = dict(
             'positional_encoding': dict(decay_mult=0.),
             'attn.scale': dict(decay_mult=0.)
         }))
+
+recipe_sources = dict(
+    drop_path='official: FLatten-Transformer/cfgs/flatten_pvt_t.yaml (0.1, '
+    "also PVT's dense-prediction value)",
+    pretrained='official: FLatten-Transformer README, flatten_pvt_t.pth (TsinghuaCloud https://cloud.tsinghua.edu.cn/f/3ab1d773f19d45648690/?dl=1, loaded and converted by init_cfg)')

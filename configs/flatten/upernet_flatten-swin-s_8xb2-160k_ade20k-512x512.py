@@ -1,5 +1,6 @@
 _base_ = ['./upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(
@@ -7,3 +8,6 @@ model = dict(
         # Official flatten_swin_s.pth ({'model': ...}, official key names).
         init_cfg=dict(
             type='Pretrained', checkpoint='pretrain/flatten_swin_s.pth')))
+
+recipe_sources = dict(
+    pretrained='official: FLatten-Transformer README, flatten_swin_s.pth (TsinghuaCloud https://cloud.tsinghua.edu.cn/f/94188e52af354bf4a88b/?dl=1, loaded and converted by init_cfg)')
