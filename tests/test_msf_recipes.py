@@ -1,8 +1,12 @@
-"""MSF recipes: every downstream config and every classification recipe
-trains an iteration and runs a test pass on the demo data (the other
-variants of a classification recipe build and take a training step); a
-short run lowers an MSF segmentor's loss."""
+"""MSF recipes: the values each config trains with (the official ImageNet
+recipe with its gradient clipping, the Swin release's multi-scale 1x for
+Mask R-CNN), the checkpoint check and the recipe sources of every config;
+every downstream config and every classification recipe trains an iteration
+and runs a test pass on the demo data (the other variants of a
+classification recipe build and take a training step); the multi-scale crop
+pipeline runs on demo images; a short run lowers an MSF segmentor's loss."""
 import glob
+import os.path as osp
 
 import numpy as np
 import pytest
@@ -48,12 +52,111 @@ def test_every_config_is_covered_and_in_the_metafile():
         assert (entry.paper_params is not None) == ('in1k' in entry.config)
 
 
+CLS_ALL = sorted(glob.glob('configs/msf/*_in1k.py'))
+
+
+@pytest.mark.parametrize('config', sorted(glob.glob('configs/msf/*.py')))
+def test_every_config_has_the_check_and_sourced_recipe(config):
+    from vitattn_mm.utils.recipes import read_recipe
+    cfg = Config.fromfile(config)
+    hooks = [h['type'] for h in cfg.get('custom_hooks') or []]
+    assert hooks.count('CheckpointCheckHook') == 1, hooks
+    recipe = read_recipe(config)
+    assert not recipe.malformed_sources(), recipe.malformed_sources()
+    assert not recipe.unsourced(), recipe.unsourced()
+
+
+@pytest.mark.parametrize('config', CLS_ALL)
+def test_imagenet_recipe_is_the_official_one(config):
+    """tk1980/MSFtransformer train.py defaults + README command: AdamW 1e-3,
+    wd 0.05 on every parameter, grad norm clipped at 1, fp16, batch 4 x 256,
+    10 warm-up epochs from 0.033x, cosine; Simple ViT without drop path,
+    Swin with its own (0.2 / 0.3)."""
+    cfg = Config.fromfile(config)
+    optim = cfg.optim_wrapper
+    assert optim.type == 'AmpOptimWrapper'
+    assert optim.clip_grad == dict(max_norm=1.0)
+    assert dict(optim.optimizer) == dict(
+        type='AdamW', lr=1e-3, weight_decay=0.05)
+    assert 'paramwise_cfg' not in optim  # the official run decays all
+    assert cfg.train_dataloader.batch_size == 256
+    assert cfg.auto_scale_lr.base_batch_size == 1024
+    warmup, cosine = cfg.param_scheduler
+    assert (warmup.start_factor, warmup.end) == (0.033, 10)
+    assert cosine.type == 'CosineAnnealingLR' and cosine.begin == 10
+    assert cfg.train_cfg.max_epochs == 300
+    assert cfg.train_dataloader.sampler.num_repeats == 3
+    assert [a.alpha for a in cfg.model.train_cfg.augments] == [0.2, 0.2]
+    expected = {'swin-t': 0.2, 'swin-s': 0.3}.get(
+        config.split('/')[-1].replace('msf-', '')[:6], 0.)
+    assert cfg.model.backbone.drop_path_rate == expected
+    assert cfg.recipe_sources.clip_grad.startswith(
+        'official: MSFtransformer/train.py')
+
+
+@pytest.mark.parametrize('config', sorted(glob.glob(
+    'configs/msf/mask-rcnn_*.py')))
+def test_mask_rcnn_is_the_swin_release_multiscale_1x(config):
+    """Swin-Transformer-Object-Detection's mask_rcnn_swin_tiny ... mstrain_
+    480-800_adamw_1x: mmdet's ms-crop pipeline on a 12-epoch schedule."""
+    cfg = Config.fromfile(config)
+    import mmdet
+    stock = Config.fromfile(osp.join(
+        osp.dirname(mmdet.__file__), '.mim', 'configs', 'swin',
+        'mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py'))
+    assert cfg.train_dataloader.dataset.pipeline == \
+        stock.train_dataloader.dataset.pipeline
+    choice = cfg.train_dataloader.dataset.pipeline[3]
+    assert choice.type == 'RandomChoice'
+    shorts = [s[0] for s in choice.transforms[0][0].scales]
+    assert (min(shorts), max(shorts), len(shorts)) == (480, 800, 11)
+    assert choice.transforms[1][1].type == 'RandomCrop'
+    assert cfg.train_cfg.max_epochs == 12
+    warmup, step = cfg.param_scheduler
+    assert (warmup.end, step.milestones) == (500, [8, 11])
+    assert cfg.model.backbone.drop_path_rate == 0.1
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    assert cfg.optim_wrapper.optimizer.lr == 1e-4
+    assert cfg.optim_wrapper.optimizer.weight_decay == 0.05
+    assert cfg.train_dataloader.batch_size == 2  # x 8 GPUs
+
+
+def test_mask_rcnn_multiscale_crop_pipeline_runs(demo_data):
+    """The demo run swaps the pipeline for the demo set's: run the recipe's
+    own train pipeline (its two random branches) on the demo COCO images."""
+    import random
+
+    from mmdet.registry import DATASETS
+    from mmdet.utils import register_all_modules
+    register_all_modules()
+    cfg = Config.fromfile('configs/msf/mask-rcnn_msf-swin-t_fpn_1x_coco.py')
+    demo = Config.fromfile('configs/_base_/datasets/demo_coco_instance.py')
+    dataset_cfg = demo.train_dataloader.dataset
+    dataset_cfg.update(data_root=f'{demo_data}/coco',
+                       pipeline=cfg.train_dataloader.dataset.pipeline)
+    dataset = DATASETS.build(dataset_cfg)
+    random.seed(0)
+    np.random.seed(0)
+    sides = set()
+    for i in range(12):
+        sample = dataset[i % len(dataset)]
+        h, w = sample['inputs'].shape[-2:]
+        sides.add(min(h, w))
+        assert 480 <= min(h, w) <= 800 or max(h, w) == 1333
+    assert len(sides) > 1  # multi-scale
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('config', DOWNSTREAM + CLS_RECIPES)
 def test_recipe_trains_and_tests_on_demo_data(run_recipe, config):
+    from vitattn_mm.utils import adapt_to_device
+
     # make_demo_config gives the Swin classifier (7x7 windows, no small-map
-    # padding) 224-pixel images itself.
-    runner, losses, metrics = run_recipe(config, **LEAN)
+    # padding) 224-pixel images itself. fp16 recipes (AmpOptimWrapper) run
+    # as tools/train.py runs them: bf16 autocast without CUDA.
+    cfg = Config.fromfile(config)
+    adapt_to_device(cfg)
+    runner, losses, metrics = run_recipe(cfg, **LEAN)
     if 'coco' in config:
         assert 'coco/bbox_mAP' in metrics and 'coco/segm_mAP' in metrics
     elif 'ade20k' in config:
