@@ -2,6 +2,7 @@
 # segmentation settings: AdamW lr 6e-5, poly decay, batch 16.
 _base_ = ['mmseg::sem_fpn/fpn_r50_4xb4-160k_ade20k-512x512.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     type='AuxLossEncoderDecoder',
@@ -46,3 +47,19 @@ param_scheduler = [
 ]
 train_cfg = dict(max_iters=80000, val_interval=8000)
 default_hooks = dict(checkpoint=dict(interval=8000))
+
+_swin = ('openmmlab: mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_'
+         '8xb2-160k_ade20k-512x512.py (LaViT Sec. 4.5 follows Swin\'s '
+         'segmentation settings)')
+recipe_sources = dict(
+    optimizer=_swin,
+    lr='paper: LaViT Sec. 4.5 (6e-5, poly)',
+    weight_decay=_swin,
+    batch='paper: LaViT Sec. 4.5 (16 on 4 GPUs)',
+    schedule='paper: LaViT Sec. 4.5 (Semantic FPN 80k iterations, poly)',
+    warmup=_swin,
+    drop_path='ours: 0.1 as in LaViT-S\'s ImageNet training (the paper '
+    'gives none)',
+    augmentation='paper: LaViT Sec. 4.5 (512x512 crops, Swin\'s settings)',
+    pretrained='ours: ImageNet-1k weights trained with '
+    'configs/lavit/lavit-s_4xb256_in1k.py (no official LaViT weights exist)')

@@ -1,8 +1,13 @@
 # RetinaNet LaViT-S 3x with multi-scale training, COCO (paper Table 3).
 _base_ = ['./retinanet_lavit-t_fpn_ms-640-800-3x_coco.py']
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(
         arch='small',
         # ImageNet-1k weights from configs/lavit/lavit-s_4xb256_in1k.py.
         init_cfg=dict(checkpoint='pretrain/lavit_s_in1k.pth')))
+
+recipe_sources = dict(
+    pretrained='ours: ImageNet-1k weights trained with '
+    'configs/lavit/lavit-s_4xb256_in1k.py (no official LaViT weights exist)')

@@ -3,6 +3,7 @@
 # the backbone's diagonality-preserving loss to the losses as `loss_dp`.
 _base_ = ['mmdet::pvt/retinanet_pvt-t_fpn_1x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     type='AuxLossRetinaNet',
@@ -33,3 +34,21 @@ optim_wrapper = dict(
             'layer_scale': dict(decay_mult=0.),
             'transform': dict(decay_mult=0.)
         }))
+
+_pvt = ('openmmlab: mmdet::pvt/retinanet_pvt-t_fpn_1x_coco.py (PVT\'s '
+        'RetinaNet recipe, the one behind Table 3\'s PVT rows)')
+recipe_sources = dict(
+    optimizer='paper: LaViT Sec. 4.4 (AdamW)',
+    lr=_pvt,
+    weight_decay=_pvt,
+    batch='paper: LaViT Sec. 4.4 (batch 16 on 8 GPUs)',
+    schedule='paper: LaViT Table 3 (1x = 12 epochs)',
+    warmup=_pvt,
+    drop_path='openmmlab: mmdet::pvt/retinanet_pvt-t_fpn_1x_coco.py (PVT '
+    'backbones\' 0.1; the paper gives none)',
+    clip_grad=_pvt,
+    ema=_pvt,
+    augmentation=_pvt + ' (single scale 1333x800)',
+    amp=_pvt,
+    pretrained='ours: ImageNet-1k weights trained with '
+    'configs/lavit/lavit-t_4xb256_in1k.py (no official LaViT weights exist)')

@@ -6,6 +6,7 @@
 # `loss_dp`.
 _base_ = ['mmdet::swin/retinanet_swin-t-p4-w7_fpn_1x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     type='AuxLossRetinaNet',
@@ -36,3 +37,17 @@ optim_wrapper = dict(
             'layer_scale': dict(decay_mult=0.),
             'transform': dict(decay_mult=0.)
         }))
+
+_pvt = ('openmmlab: mmdet::pvt/retinanet_pvt-t_fpn_1x_coco.py (PVT\'s '
+        'RetinaNet recipe, the one behind Table 3\'s Swin rows, as '
+        'configs/baselines/retinanet_swin-t-p4-w7_fpn_1x_coco.py)')
+recipe_sources = dict(
+    optimizer='paper: LaViT Sec. 4.4 (AdamW)',
+    lr=_pvt,
+    weight_decay=_pvt,
+    batch='paper: LaViT Sec. 4.4 (batch 16 on 8 GPUs)',
+    drop_path='openmmlab: mmdet::swin/retinanet_swin-t-p4-w7_fpn_1x_coco.py '
+    '(Swin-T\'s detection value)',
+    augmentation=_pvt + ' (single scale 1333x800)',
+    pretrained='ours: ImageNet-1k weights trained with '
+    'configs/lavit/swin-t-la_16xb64_in1k.py (no official weights exist)')

@@ -6,6 +6,7 @@ _base_ = [
     'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'  # noqa: E501
 ]
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
+custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     type='AuxLossEncoderDecoder',
@@ -30,3 +31,18 @@ optim_wrapper = dict(
             'layer_scale': dict(decay_mult=0.),
             'transform': dict(decay_mult=0.)
         }))
+
+_swin = ('openmmlab: mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_'
+         '8xb2-160k_ade20k-512x512.py (Swin\'s UperNet recipe, behind the '
+         'UperNet Swin-T baseline 44.5)')
+recipe_sources = dict(
+    optimizer=_swin,
+    lr=_swin,
+    weight_decay=_swin,
+    batch=_swin,
+    schedule=_swin,
+    warmup=_swin,
+    drop_path=_swin,
+    augmentation=_swin,
+    pretrained='ours: ImageNet-1k weights trained with '
+    'configs/lavit/swin-t-la_16xb64_in1k.py (no official weights exist)')
