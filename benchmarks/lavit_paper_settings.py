@@ -28,9 +28,8 @@ first / last loss_dp, the median / max gradient norm, loss spikes (cls +
 loss_dp above 2x the median of the 20 iterations before it), whether
 anything became non-finite, and top-1 on the demo val set.
 
-Until the backbones accept ``dp_loss_form='paper'``, runs (c) / (d) compute
-Eq. 9-10 with :func:`paper_dp_loss` below in place of
-``LessAttentionState.aux_losses`` (in this process only).
+Runs (c) / (d) use the backbones' ``dp_loss_form='paper'``
+(:func:`~vitattn_mm.models.backbones.lavit.paper_diagonality_loss`).
 
 Example (about 6 minutes on one CPU core)::
 
@@ -38,8 +37,6 @@ Example (about 6 minutes on one CPU core)::
     python benchmarks/lavit_paper_settings.py --iters 100 --only a b
 """
 import argparse
-import contextlib
-import inspect
 import math
 import os.path as osp
 import tempfile
@@ -75,63 +72,14 @@ def parse_args():
     return parser.parse_args()
 
 
-def paper_dp_loss(logits: torch.Tensor, query_hw, key_hw) -> torch.Tensor:
-    """Eq. 9 as printed, on one LA layer's pre-softmax map ``A``:
-    ``sum_ij |A_ij - A_ji| + sum_i ((N-1) A_ii - sum_{j!=i} A_ij)``, summed
-    over the heads (Eq. 2 concatenates them) and averaged over the images
-    (as the cross-entropy is). With ``N_q != N_k`` (PVT's spatial
-    reduction) the queries are average-pooled onto the key grid first, as
-    our bounded form does, so that the map is square."""
-    B, h, Nq, Nk = logits.shape
-    A = logits.float()
-    if tuple(query_hw) != tuple(key_hw):
-        columns = A.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
-        A = torch.nn.functional.adaptive_avg_pool2d(
-            columns, key_hw).reshape(B, h, Nk, Nk).transpose(-2, -1)
-    N = A.shape[-1]
-    symmetry = (A - A.transpose(-2, -1)).abs().sum((-2, -1))
-    diag = A.diagonal(dim1=-2, dim2=-1)
-    off_diag = A.sum(-1) - diag
-    diagonality = ((N - 1) * diag - off_diag).sum(-1)
-    return (symmetry + diagonality).sum(1).mean()
-
-
-def _paper_aux_losses(self) -> dict:
-    """Eq. 10: the LA layers' losses summed (not averaged), each weighted
-    (weight 1 in the paper)."""
-    if not self.maps:
-        return {}
-    return {'loss_dp': sum(weight * paper_dp_loss(logits, qhw, khw)
-                           for logits, qhw, khw, weight in self.maps)}
-
-
-def backbones_take_dp_loss_form() -> bool:
-    from vitattn_mm.models.backbones import LaViT
-    return 'dp_loss_form' in inspect.signature(LaViT.__init__).parameters
-
-
-@contextlib.contextmanager
-def paper_dp_in_place():
-    """Stand-in for ``dp_loss_form='paper'`` in this process."""
-    from vitattn_mm.models.backbones.lavit import LessAttentionState
-    original = LessAttentionState.aux_losses
-    LessAttentionState.aux_losses = _paper_aux_losses
-    try:
-        yield
-    finally:
-        LessAttentionState.aux_losses = original
-
-
 def build_config(path, options, args, data_root, work_dir):
     from vitattn_mm.utils.demo_config import make_demo_config
     from vitattn_mm.utils.runtime import load_tool_config
 
     # As tools/train.py CONFIG --demo does (load_tool_config, then
-    # make_demo_config), with the stand-in's keyword taken out first.
+    # make_demo_config).
     cfg = load_tool_config(path, work_dir=work_dir, cfg_options=options)
     paper_dp = cfg.model.backbone.get('dp_loss_form') == 'paper'
-    if paper_dp and not backbones_take_dp_loss_form():
-        cfg.model.backbone.pop('dp_loss_form')
     cfg = make_demo_config(cfg, data_root=data_root, max_iters=args.iters,
                            batch_size=args.batch_size)
     if args.no_mixup:
@@ -174,23 +122,19 @@ def run(setting, args, data_root, work_root):
     key, label, path, options = setting
     cfg, paper_dp = build_config(path, dict(options), args, data_root,
                                  osp.join(work_root, key))
-    stand_in = paper_dp and not backbones_take_dp_loss_form()
     start = time.perf_counter()
     error = None
-    with paper_dp_in_place() if stand_in else contextlib.nullcontext():
-        runner = Runner.from_cfg(cfg)
-        try:
-            runner.train()
-        except Exception as exc:  # a diverged run may fail anywhere
-            error = f'{type(exc).__name__}: {exc}'[:120]
+    runner = Runner.from_cfg(cfg)
+    try:
+        runner.train()
+    except Exception as exc:  # a diverged run may fail anywhere
+        error = f'{type(exc).__name__}: {exc}'[:120]
     seconds = time.perf_counter() - start
-    # mmpretrain's head returns its loss as `loss`, which replaces the total
-    # of the same name in BaseModel.parse_losses' log: `train/loss` is the
-    # classification loss alone (the total, cls + loss_dp, is what is
-    # back-propagated).
-    cls = history(runner, 'train/loss')
+    # AuxLossImageClassifier logs the head's loss as `loss_cls` and the
+    # back-propagated total (cls + loss_dp) as `loss`.
+    cls = history(runner, 'train/loss_cls')
     dp = history(runner, 'train/loss_dp')
-    total = cls + dp if len(dp) == len(cls) else cls
+    total = history(runner, 'train/loss')
     grad = history(runner, 'train/grad_norm')
     top1 = runner.message_hub.log_scalars.get('val/accuracy/top1')
     finite = all(np.isfinite(x).all() for x in (cls, dp, total, grad))
@@ -201,8 +145,7 @@ def run(setting, args, data_root, work_root):
         if 'initial_lr' in runner.optim_wrapper.param_groups[0] else
         math.nan,
         dp=('paper sum' if paper_dp else 'bounded mean') +
-        f' x{cfg.model.backbone.dp_loss_weight:g}' +
-        (' (stand-in)' if stand_in else ''),
+        f' x{cfg.model.backbone.dp_loss_weight:g}',
         cls0=cls[:10].mean(), cls1=cls[-10:].mean(),
         dp0=dp[:10].mean() if len(dp) else math.nan,
         dp1=dp[-10:].mean() if len(dp) else math.nan,
@@ -223,9 +166,7 @@ def main():
     generate_demo_data(data_root)
     print(f'LaViT-T on demo ImageNet (64x64, 3 classes), {args.iters} '
           f'iterations x batch {args.batch_size}, seed 0, '
-          f'{args.threads} CPU thread(s), torch {torch.__version__}; '
-          'dp_loss_form in the backbones: '
-          f'{"yes" if backbones_take_dp_loss_form() else "no (stand-in)"}')
+          f'{args.threads} CPU thread(s), torch {torch.__version__}')
     rows = []
     for setting in SETTINGS:
         if args.only and setting[0] not in args.only:

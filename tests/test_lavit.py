@@ -15,7 +15,8 @@ from vitattn_mm.models.backbones.lavit import (AttentionResidual,
                                                LessAttention,
                                                LessAttentionState,
                                                VanillaAttention,
-                                               diagonality_preserving_loss)
+                                               diagonality_preserving_loss,
+                                               paper_diagonality_loss)
 
 # Small widths. Stage 2 starts with a fused-attention VA layer (the
 # residual enters as its mask), stage 3 has a VA layer then two chained LA
@@ -409,6 +410,45 @@ def test_dp_loss_does_not_grow_with_input_size():
         torch.randn(1, 2, 1024, 1024) * 10, (32, 32), (32, 32)) <= 2
 
 
+def test_paper_dp_loss_is_eq9_as_printed():
+    """dp_loss_form='paper': Eq. 9 element by element on the raw map,
+    summed over heads, averaged over images; summed over LA layers
+    (Eq. 10)."""
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5, 5)
+    expected = 0.
+    for image in logits:
+        for A in image:
+            n = A.shape[0]
+            for i in range(n):
+                expected += sum(abs(A[i, j] - A[j, i]) for j in range(n))
+                expected += (n - 1) * A[i, i] - sum(
+                    A[i, j] for j in range(n) if j != i)
+    torch.testing.assert_close(paper_diagonality_loss(logits, (5, 5), (5, 5)),
+                               expected / 2)
+    # Unbounded below, unlike the bounded form: the paper's sign rewards
+    # large off-diagonal logits.
+    off = 100 * (1 - torch.eye(5))[None, None]
+    assert paper_diagonality_loss(off, (5, 5), (5, 5)) < -1000
+    assert 0 <= diagonality_preserving_loss(off, (5, 5), (5, 5)) <= 2
+
+    state = LessAttentionState(maps=(
+        (logits, (5, 5), (5, 5), 1., 'paper'),
+        (2 * logits, (5, 5), (5, 5), 0.5, 'paper')))
+    torch.testing.assert_close(
+        state.aux_losses()['loss_dp'],
+        2 * paper_diagonality_loss(logits, (5, 5), (5, 5)))
+
+
+def test_dp_loss_form_reaches_every_la_layer():
+    model = LaViT(arch=TINY, dp_loss_form='paper', dp_loss_weight=1.)
+    forms = {m.dp_loss_form for m in model.modules()
+             if isinstance(m, LessAttention)}
+    assert forms == {'paper'}
+    with pytest.raises(ValueError, match=r"\['bounded', 'paper'\]"):
+        LaViT(arch=TINY, dp_loss_form='sum')
+
+
 def test_dp_loss_is_fp32_and_differentiable_under_bf16():
     logits = torch.randn(1, 2, 64, 16, requires_grad=True)
     with torch.autocast('cpu', dtype=torch.bfloat16):
@@ -552,7 +592,7 @@ def test_aux_loss_models_accept_any_backbone():
     samples = [DataSample().set_gt_label(1), DataSample().set_gt_label(2)]
     inputs = torch.randn(2, 3, 32, 32)
     for backbone, keys in ((dict(type='LaViT', arch=TINY, out_indices=(3, )),
-                            {'loss', 'loss_dp'}),
+                            {'loss_cls', 'loss_dp'}),
                            (dict(type='ResNet', depth=18), {'loss'})):
         channels = 128 if backbone['type'] == 'LaViT' else 512
         model = MODELS.build(
@@ -564,7 +604,12 @@ def test_aux_loss_models_accept_any_backbone():
                     type='LinearClsHead', num_classes=3,
                     in_channels=channels)))
         assert isinstance(model, AuxLossImageClassifier)
-        assert set(model.loss(inputs, samples)) == keys
+        losses = model.loss(inputs, samples)
+        assert set(losses) == keys
+        # The logged `loss` is the back-propagated total, not the head's.
+        total, log_vars = model.parse_losses(losses)
+        torch.testing.assert_close(log_vars['loss'], total)
+        torch.testing.assert_close(total, sum(losses.values()))
     assert pop_aux_losses(torch.nn.Linear(1, 1)) == {}
 
 

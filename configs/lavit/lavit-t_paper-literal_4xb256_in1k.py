@@ -10,7 +10,6 @@
 # and the classification loss left at chance (docs/lavit.md,
 # benchmarks/lavit_paper_settings.py). Kept so that the paper can be run as
 # written. Same network, parameters and FLOPs as lavit-t.
-# Needs the backbones' `dp_loss_form` keyword ('bounded' | 'paper').
 _base_ = ['./lavit-t_4xb256_in1k.py']
 custom_hooks = [dict(type='CheckpointCheckHook')]
 

@@ -226,8 +226,9 @@ class LessAttentionState(AttentionState):
         key_hw (tuple[int, int]): Their key grid.
         windows (int): Windows per image the logits are batched over (1
             outside windows; set by the window wrapper).
-        maps (tuple): ``(logits, query_hw, key_hw, weight)`` of the LA
-            layers of a training pass, for the Diagonality-Preserving loss.
+        maps (tuple): ``(logits, query_hw, key_hw, weight, form)`` of the
+            LA layers of a training pass, for the Diagonality-Preserving
+            loss (``form``: a key of :data:`DP_LOSS_FORMS`).
         factors (tuple, optional): A VA layer's logits, kept as ``(q *
             scale, k, bias, bias_windows)``: ``q @ k^T`` plus ``bias``
             (None, or added as :func:`_add_bias` adds it).
@@ -260,13 +261,20 @@ class LessAttentionState(AttentionState):
         return self.replace(windows=windows_per_image)
 
     def aux_losses(self) -> dict:
-        """``loss_dp``: the weighted mean of the LA maps'
-        Diagonality-Preserving losses (none without maps)."""
+        """``loss_dp``: the LA maps' weighted Diagonality-Preserving
+        losses (none without maps): their mean for the bounded form, their
+        sum (paper Eq. 10) for the paper's."""
         if not self.maps:
             return {}
-        total = sum(weight * diagonality_preserving_loss(logits, qhw, khw)
-                    for logits, qhw, khw, weight in self.maps)
-        return {'loss_dp': total / len(self.maps)}
+        bounded = [weight * diagonality_preserving_loss(logits, qhw, khw)
+                   for logits, qhw, khw, weight, form in self.maps
+                   if form == 'bounded']
+        total = sum(weight * paper_diagonality_loss(logits, qhw, khw)
+                    for logits, qhw, khw, weight, form in self.maps
+                    if form == 'paper')
+        if bounded:
+            total = total + sum(bounded) / len(bounded)
+        return {'loss_dp': total}
 
 
 def _state(state: Optional[AttentionState]) -> LessAttentionState:
@@ -464,6 +472,9 @@ class LessAttention(SpatialReduction):
             Default: None.
         dp_loss_weight (float): Weight of this layer's map in ``loss_dp``.
             Default: 0.
+        dp_loss_form (str): 'bounded' (ours, see
+            :func:`diagonality_preserving_loss`) or 'paper' (Eq. 9 as
+            printed, :func:`paper_diagonality_loss`). Default: 'bounded'.
         sr_padding (int | str): See :class:`SpatialReduction`.
             Default: 'corner'.
         **kwargs: Other :class:`SpatialReduction` arguments.
@@ -479,12 +490,17 @@ class LessAttention(SpatialReduction):
                  qkv_bias: bool = True,
                  grid_size: Optional[Grid] = None,
                  dp_loss_weight: float = 0.,
+                 dp_loss_form: str = 'bounded',
                  sr_padding: Union[int, str] = 'corner',
                  **kwargs):
         super().__init__(embed_dims, num_heads, sr_ratio,
                          sr_padding=sr_padding, **kwargs)
+        if dp_loss_form not in DP_LOSS_FORMS:
+            raise ValueError(f'dp_loss_form must be one of '
+                             f'{sorted(DP_LOSS_FORMS)}, got {dp_loss_form!r}')
         self.grid_free = False
         self.dp_loss_weight = dp_loss_weight
+        self.dp_loss_form = dp_loss_form
         self.v = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         if isinstance(transform, dict):
             transform = build_attention_transform(
@@ -532,7 +548,7 @@ class LessAttention(SpatialReduction):
         if self.dp_loss_weight > 0 and self.training and \
                 torch.is_grad_enabled():
             maps = maps + ((logits, tuple(hw_shape), v_hw,
-                            self.dp_loss_weight), )
+                            self.dp_loss_weight, self.dp_loss_form), )
         return self.output(out), state.replace(
             logits=logits, factors=None, query_hw=tuple(hw_shape),
             key_hw=v_hw, windows=1, maps=maps)
@@ -807,6 +823,48 @@ def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
     return asymmetry + dominance
 
 
+def paper_diagonality_loss(logits: torch.Tensor, query_hw: Grid,
+                           key_hw: Grid) -> torch.Tensor:
+    """Diagonality-Preserving loss of one map as the paper prints it
+    (Eq. 9), for reproducing the paper as written.
+
+    On the pre-softmax map ``A``: ``sum_ij |A_ij - A_ji| + sum_i ((N - 1)
+    A_ii - sum_{j != i} A_ij)``, summed over the heads and averaged over the
+    images. It is unbounded below (growing the off-diagonal logits lowers
+    it without limit) and grows with the number of tokens; docs/lavit.md
+    measures what that does to training. With ``N_q != N_k`` the queries
+    are average-pooled onto the key grid first, as in
+    :func:`diagonality_preserving_loss`.
+
+    Args:
+        logits (Tensor): Pre-softmax attention ``(B, heads, N_q, N_k)``.
+        query_hw (tuple[int, int]): Query grid (``N_q`` tokens).
+        key_hw (tuple[int, int]): Key grid (``N_k`` tokens).
+
+    Returns:
+        Tensor: fp32 scalar.
+    """
+    B, h, Nq, Nk = logits.shape
+    with torch.autocast(logits.device.type, enabled=False):
+        A = logits.float()
+        if tuple(query_hw) != tuple(key_hw):
+            columns = A.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
+            A = F.adaptive_avg_pool2d(columns, key_hw).reshape(
+                B, h, Nk, Nk).transpose(-2, -1)
+        symmetry = (A - A.transpose(-2, -1)).abs().sum((-2, -1))
+        diag = A.diagonal(dim1=-2, dim2=-1)
+        off_diag = A.sum(-1) - diag
+        diagonality = ((Nk - 1) * diag - off_diag).sum(-1)
+    return (symmetry + diagonality).sum(1).mean()
+
+
+#: ``dp_loss_form`` -> the loss of one LA map.
+DP_LOSS_FORMS = {
+    'bounded': diagonality_preserving_loss,
+    'paper': paper_diagonality_loss,
+}
+
+
 # ---------------------------------------------------------------- backbones
 def less_attention_layers(depths: Sequence[int],
                           la_start: Sequence[int],
@@ -860,9 +918,11 @@ def less_attention_layers(depths: Sequence[int],
 
 
 def _less_attention(la_transform: str, la_kernel_size: int,
-                    input_size, dp_loss_weight: float, **kwargs) -> dict:
+                    input_size, dp_loss_weight: float,
+                    dp_loss_form: str = 'bounded', **kwargs) -> dict:
     """The LA layer config of a backbone's ``la_transform`` /
-    ``la_kernel_size`` / ``dp_loss_weight`` arguments."""
+    ``la_kernel_size`` / ``dp_loss_weight`` / ``dp_loss_form``
+    arguments."""
     if la_transform == 'conv':
         transform = dict(type='conv', kernel_size=la_kernel_size)
     elif la_transform == 'dense':
@@ -871,7 +931,8 @@ def _less_attention(la_transform: str, la_kernel_size: int,
         raise ValueError("la_transform must be 'conv' or 'dense', got "
                          f'{la_transform!r}')
     return dict(type='LessAttention', transform=transform,
-                dp_loss_weight=dp_loss_weight, **kwargs)
+                dp_loss_weight=dp_loss_weight, dp_loss_form=dp_loss_form,
+                **kwargs)
 
 
 @register_model
@@ -918,6 +979,10 @@ class LaViT(AttnPVT):
             (mean over LA layers), returned as ``loss_dp`` by
             ``pop_aux_losses()`` after a training forward pass; 0 disables
             it. Default: 0.1.
+        dp_loss_form (str): 'bounded' (ours) or 'paper' (Eq. 9-10 as
+            printed: summed over LA layers, unbounded; use with
+            ``dp_loss_weight=1.`` to reproduce the paper as written).
+            Default: 'bounded'.
         paddings (Sequence[int | str]): Patch embedding paddings; 'corner'
             keeps the key grid the same in every stage. Default: 'corner'
             in every stage.
@@ -950,6 +1015,7 @@ class LaViT(AttnPVT):
                  attn_residual: bool = True,
                  ar_layer_scale_init: float = 0.1,
                  dp_loss_weight: float = 0.1,
+                 dp_loss_form: str = 'bounded',
                  paddings: Sequence[Union[int, str]] = ('corner', ) * 4,
                  out_norm: bool = True,
                  patch_norm_cfg: dict = dict(type='LN'),
@@ -980,7 +1046,8 @@ class LaViT(AttnPVT):
             settings['la_start'] if less_attention else [0] * num_stages,
             vanilla=dict(type='VanillaAttention'),
             less=_less_attention(la_transform, la_kernel_size,
-                                 pretrain_img_size, dp_loss_weight),
+                                 pretrain_img_size, dp_loss_weight,
+                                 dp_loss_form),
             residual=residual)
         super().__init__(
             arch=settings,
@@ -992,6 +1059,7 @@ class LaViT(AttnPVT):
             patch_norm_cfg=patch_norm_cfg,
             **kwargs)
         self.dp_loss_weight = dp_loss_weight
+        self.dp_loss_form = dp_loss_form
 
     def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
         """0.2's stage-level residual (``stages.{i}.attn_residual``) ->
@@ -1037,6 +1105,8 @@ class LessAttnViT(AttnViT):
         la_kernel_size (int): Kernel of the 'conv' transform. Default: 3.
         dp_loss_weight (float): Weight of the Diagonality-Preserving loss
             (``loss_dp``). Default: 0.1.
+        dp_loss_form (str): 'bounded' (ours) or 'paper' (Eq. 9-10 as
+            printed). Default: 'bounded'.
         pretrain_img_size (int | tuple[int, int]): Sizes the learned
             position embedding and the dense transform (``img_size``).
             Default: 224.
@@ -1062,6 +1132,7 @@ class LessAttnViT(AttnViT):
                  la_transform: str = 'conv',
                  la_kernel_size: int = 3,
                  dp_loss_weight: float = 0.1,
+                 dp_loss_form: str = 'bounded',
                  pretrain_img_size: Union[int, Tuple[int, int]] = 224,
                  **kwargs):
         if 'attn_cfgs' in kwargs:
@@ -1080,7 +1151,8 @@ class LessAttnViT(AttnViT):
             [settings['depth']], [la_start if less_attention else 0],
             vanilla=dict(type='VanillaAttention'),
             less=_less_attention(la_transform, la_kernel_size,
-                                 pretrain_img_size, dp_loss_weight))
+                                 pretrain_img_size, dp_loss_weight,
+                                 dp_loss_form))
         for key, value in dict(with_cls_token=False, final_norm=False,
                                out_norm=True, norm_cfg=dict(type='LN'),
                                patch_bias=True,
@@ -1092,6 +1164,7 @@ class LessAttnViT(AttnViT):
             img_size=pretrain_img_size,
             **kwargs)
         self.dp_loss_weight = dp_loss_weight
+        self.dp_loss_form = dp_loss_form
 
 
 @register_model
@@ -1130,6 +1203,8 @@ class LessAttnSwinTransformer(AttnSwinTransformer):
             Default: 0.1.
         dp_loss_weight (float): Weight of the Diagonality-Preserving loss
             (``loss_dp``). Default: 0.1.
+        dp_loss_form (str): 'bounded' (ours) or 'paper' (Eq. 9-10 as
+            printed). Default: 'bounded'.
         window_size (int): Window side. Default: 7.
         **kwargs: The other :class:`AttnSwinTransformer` arguments
             (``out_indices``, ``drop_path_rate``, ``with_cp``,
@@ -1152,6 +1227,7 @@ class LessAttnSwinTransformer(AttnSwinTransformer):
                  attn_residual: bool = True,
                  ar_layer_scale_init: float = 0.1,
                  dp_loss_weight: float = 0.1,
+                 dp_loss_form: str = 'bounded',
                  window_size: int = 7,
                  **kwargs):
         if 'attn_cfgs' in kwargs:
@@ -1175,7 +1251,7 @@ class LessAttnSwinTransformer(AttnSwinTransformer):
             for j in range(depth)
         ] for depth in depths]
         less = _less_attention(la_transform, la_kernel_size, window_size,
-                               dp_loss_weight)
+                               dp_loss_weight, dp_loss_form)
         less = dict(window, window_msa=less.pop('type'), **less)
         residual = [None] + [
             dict(type='window', in_heads=num_heads[i - 1],
@@ -1192,6 +1268,7 @@ class LessAttnSwinTransformer(AttnSwinTransformer):
             arch=settings, attn_cfgs=layers, window_size=window_size,
             **kwargs)
         self.dp_loss_weight = dp_loss_weight
+        self.dp_loss_form = dp_loss_form
 
     def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
         """0.2's stage-level residual -> the first layer's, then
