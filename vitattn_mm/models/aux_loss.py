@@ -45,7 +45,10 @@ class AuxLossModelMixin:
 
     Put it first among the bases: ``class M(AuxLossModelMixin, RetinaNet)``.
     Fits mmdet detectors, mmseg segmentors and mmpretrain classifiers (each
-    has a ``backbone`` and computes its losses in ``loss()``).
+    has a ``backbone`` and computes its losses in ``loss()``). A head loss
+    named just ``loss`` (mmpretrain's) becomes ``loss_cls`` when auxiliary
+    losses join it, so that the logged ``loss`` is the total that is
+    back-propagated.
     """
 
     def loss(self, *args, **kwargs) -> dict:
@@ -55,6 +58,10 @@ class AuxLossModelMixin:
         if clash:
             raise KeyError(f'backbone auxiliary losses {clash} clash with '
                            'the losses of the heads')
+        if aux and 'loss' in losses:
+            # mmpretrain's heads return plain `loss`; parse_losses logs the
+            # total under that name too, and the head's entry would win.
+            losses['loss_cls'] = losses.pop('loss')
         losses.update(aux)
         return losses
 
