@@ -134,3 +134,63 @@ def render_table(rows: Sequence[Tuple[ZooEntry, Complexity]],
                 f'{entry.note} |')
         out.append('')
     return '\n'.join(out)
+
+
+#: Where the downstream configs' backbone weights come from.
+WEIGHTS_FILE = 'configs/pretrained.yml'
+WEIGHTS_TITLE = '## Pretrained backbone weights'
+
+
+def downstream_checkpoints(configs: Iterable[str]) -> Dict[str, List[str]]:
+    """Backbone checkpoint -> the detection / segmentation configs that
+    load it through ``init_cfg``."""
+    from mmengine.config import Config
+    used: Dict[str, List[str]] = {}
+    for path in configs:
+        cfg = Config.fromfile(path)
+        if cfg.get('default_scope') not in ('mmdet', 'mmseg'):
+            continue
+        init_cfg = cfg.model.get('backbone', {}).get('init_cfg') or {}
+        checkpoint = init_cfg.get('checkpoint') if isinstance(
+            init_cfg, dict) else None
+        if checkpoint:
+            used.setdefault(checkpoint, []).append(path)
+    return used
+
+
+def render_weights(weights: Sequence[dict],
+                   used: Dict[str, List[str]]) -> str:
+    """Markdown: each pretrained file, where to get it, how to load it, and
+    the configs that expect it."""
+    out = [
+        WEIGHTS_TITLE, '',
+        f'From `{WEIGHTS_FILE}` and the configs\' `init_cfg`. A URL is '
+        'downloaded by the config itself; a `pretrain/...` path is the '
+        'file to download (or train) and place there. Official '
+        "classification files (`{'model': ...}`, the authors' key names) "
+        'load through `init_cfg` as they are; the converter is only needed '
+        'for `load_from` or another codebase.', '',
+        '| checkpoint | weights | provider | get it | sha256 | configs |',
+        '| --- | --- | --- | --- | --- | --- |'
+    ]
+    for entry in weights:
+        checkpoint = entry['Checkpoint']
+        configs = ', '.join(
+            f'[{osp.splitext(osp.basename(c))[0]}](../{c})'
+            for c in used.get(checkpoint, []))
+        out.append(f'| `{checkpoint}` | {entry["Weights"]} | '
+                   f'{entry["Provider"]} | {entry["Get"]} | '
+                   f'{entry.get("SHA256") or "not published"} | {configs} |')
+    return '\n'.join(out) + '\n'
+
+
+def load_weights(path: str = WEIGHTS_FILE) -> List[dict]:
+    with open(path) as f:
+        return yaml.safe_load(f)['Weights']
+
+
+def weights_section(configs: Iterable[str]) -> str:
+    """docs/model_zoo.md's weights table for these (the zoo's) configs."""
+    used = downstream_checkpoints(dict.fromkeys(configs))
+    return render_weights(
+        [w for w in load_weights() if w['Checkpoint'] in used], used)
