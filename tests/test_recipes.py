@@ -13,8 +13,9 @@ from mmengine.runner import Runner
 sys.path.insert(0, 'tools')
 from recipe_table import COMMAND, TABLE, shipped_configs  # noqa: E402
 
-from vitattn_mm.utils.recipes import (FIELDS, read_recipe,  # noqa: E402
-                                      render_recipes)
+from vitattn_mm.utils.recipes import (FIELDS, load_config,  # noqa: E402
+                                      read_recipe, render_recipes,
+                                      stock_base_of, stock_config_path)
 
 CONFIGS = shipped_configs()
 
@@ -110,14 +111,12 @@ def test_every_config_carries_the_checkpoint_check(config):
     """So mmdet's / mmseg's / mmpretrain's own tools/train.py refuse a
     load_from file that fills (almost) nothing, as ours do; hooks of the
     stock base are kept."""
-    cfg = Config.fromfile(config)
+    cfg = load_config(config)
     hooks = [hook['type'] for hook in cfg.get('custom_hooks') or []]
     assert hooks.count('CheckpointCheckHook') == 1, hooks
-    base = read_recipe.__globals__['stock_base_of'](config)
+    base = stock_base_of(config)
     if base:
-        package, _, path = base.partition('::')
-        root = osp.dirname(__import__(package).__file__)
-        stock = Config.fromfile(osp.join(root, '.mim', 'configs', path))
+        stock = load_config(stock_config_path(base))
         for hook in stock.get('custom_hooks') or []:
             assert hook['type'] in hooks, f'stock {hook["type"]} dropped'
 

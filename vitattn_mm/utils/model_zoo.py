@@ -144,10 +144,10 @@ WEIGHTS_TITLE = '## Pretrained backbone weights'
 def downstream_checkpoints(configs: Iterable[str]) -> Dict[str, List[str]]:
     """Backbone checkpoint -> the detection / segmentation configs that
     load it through ``init_cfg``."""
-    from mmengine.config import Config
+    from .recipes import load_config
     used: Dict[str, List[str]] = {}
     for path in configs:
-        cfg = Config.fromfile(path)
+        cfg = load_config(path)
         if cfg.get('default_scope') not in ('mmdet', 'mmseg'):
             continue
         init_cfg = cfg.model.get('backbone', {}).get('init_cfg') or {}

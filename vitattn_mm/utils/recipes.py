@@ -71,13 +71,28 @@ class Recipe:
         return bad
 
 
+@lru_cache(maxsize=None)
+def load_config(path: str) -> Config:
+    """``Config.fromfile``, once per file (read-only use)."""
+    return Config.fromfile(path)
+
+
+def stock_config_path(base: str) -> str:
+    """The file of a ``pkg::path`` base."""
+    import importlib
+    package, _, cfg_path = base.partition('::')
+    root = osp.dirname(importlib.import_module(package).__file__)
+    return osp.join(root, '.mim', 'configs', cfg_path)
+
+
+@lru_cache(maxsize=None)
 def read_recipe(path: str) -> Recipe:
     """The recipe of the config at ``path`` with the source of each value.
 
     A value without a ``recipe_sources`` entry that equals the stock base's
     is sourced ``'openmmlab: <base>'``; any other value stays unsourced.
     """
-    cfg = Config.fromfile(path)
+    cfg = load_config(path)
     recipe = Recipe(path, recipe_values(cfg, path))
     recipe.sources.update(cfg.get('recipe_sources') or {})
     # A source inherited from a project base vouches for the base's value
@@ -101,11 +116,8 @@ def read_recipe(path: str) -> Recipe:
 
 @lru_cache(maxsize=None)
 def _stock_values(base: str) -> Dict[str, str]:
-    import importlib
-    package, _, cfg_path = base.partition('::')
-    root = osp.dirname(importlib.import_module(package).__file__)
-    path = osp.join(root, '.mim', 'configs', cfg_path)
-    return recipe_values(Config.fromfile(path), path)
+    path = stock_config_path(base)
+    return recipe_values(load_config(path), path)
 
 
 def _same(name: str, stock: Optional[str], value: str) -> bool:
