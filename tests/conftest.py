@@ -48,10 +48,14 @@ def run_recipe(demo_data, tmp_path):
     from mmengine.runner import Runner
 
     import vitattn_mm  # noqa: F401
+    from vitattn_mm.utils import adapt_to_device
     from vitattn_mm.utils.demo_config import make_demo_config
 
     def run(config, max_iters=1, batch_size=2, num_val=2, **overrides):
         cfg = Config.fromfile(config) if isinstance(config, str) else config
+        # As tools/train.py: an fp16 recipe (AmpOptimWrapper) runs with bf16
+        # autocast where there is no CUDA.
+        adapt_to_device(cfg)
         cfg = make_demo_config(cfg, data_root=demo_data, max_iters=max_iters,
                                batch_size=batch_size, num_val=num_val)
         cfg.merge_from_dict(overrides)

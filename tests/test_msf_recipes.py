@@ -149,14 +149,10 @@ def test_mask_rcnn_multiscale_crop_pipeline_runs(demo_data):
 @pytest.mark.slow
 @pytest.mark.parametrize('config', DOWNSTREAM + CLS_RECIPES)
 def test_recipe_trains_and_tests_on_demo_data(run_recipe, config):
-    from vitattn_mm.utils import adapt_to_device
-
     # make_demo_config gives the Swin classifier (7x7 windows, no small-map
     # padding) 224-pixel images itself. fp16 recipes (AmpOptimWrapper) run
-    # as tools/train.py runs them: bf16 autocast without CUDA.
-    cfg = Config.fromfile(config)
-    adapt_to_device(cfg)
-    runner, losses, metrics = run_recipe(cfg, **LEAN)
+    # as tools/train.py runs them (run_recipe): bf16 autocast without CUDA.
+    runner, losses, metrics = run_recipe(config, **LEAN)
     if 'coco' in config:
         assert 'coco/bbox_mAP' in metrics and 'coco/segm_mAP' in metrics
     elif 'ade20k' in config:
