@@ -348,6 +348,9 @@ def _augmentation(cfg: Config) -> str:
                          f'n{t.get("num_policies")}')
         elif kind == 'RandomErasing':
             parts.append(f'erasing {_num(t.get("erase_prob"))}')
+    sampler = (cfg.get('train_dataloader') or {}).get('sampler') or {}
+    if sampler.get('type') == 'RepeatAugSampler':
+        parts.append(f'repeated aug x{sampler.get("num_repeats", 3)}')
     model = cfg.get('model') or {}
     for augment in (model.get('train_cfg') or {}).get('augments') or []:
         parts.append(f'{augment["type"].lower()} {_num(augment["alpha"])}')
