@@ -7,7 +7,6 @@
 # its segmentation value).
 _base_ = ['./retinanet_swin-t-p4-w7_fpn_1x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 _PVT_RETINA = ('openmmlab: mmdet::pvt/retinanet_pvt-s_fpn_1x_coco.py (PVT\'s '
                'RetinaNet recipe, behind the PVTv2 paper\'s Swin-S row that '

@@ -3,7 +3,6 @@
 # its Swin-S config) with FLatten-Swin-S.
 _base_ = ['./cascade-mask-rcnn_flatten-swin-t_fpn_ms-crop-3x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(

@@ -3,7 +3,6 @@
 # Cascade 3x), the backbone swapped.
 _base_ = ['../baselines/cascade-mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(

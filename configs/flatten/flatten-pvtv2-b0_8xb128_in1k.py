@@ -1,7 +1,6 @@
 # ImageNet-1k, the official FLatten-PVTv2 recipe (as FLatten-PVT's).
 _base_ = ['./flatten-pvt-t_8xb128_in1k.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(

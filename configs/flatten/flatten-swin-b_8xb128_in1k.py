@@ -1,6 +1,5 @@
 _base_ = ['./flatten-swin-t_8xb128_in1k.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(arch='base', drop_path_rate=0.5),

@@ -1,6 +1,5 @@
 _base_ = ['../baselines/fpn_pvt-t_4xb4-80k_ade20k-512x512.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(

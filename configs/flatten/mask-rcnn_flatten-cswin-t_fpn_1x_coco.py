@@ -5,11 +5,6 @@
 # 500 warm-up iterations, fp16) with the FLatten-Swin-T parameter groups.
 _base_ = ['./mask-rcnn_flatten-swin-t_fpn_1x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
-custom_hooks = [dict(type='CheckpointCheckHook')]
-
-_SWIN_1X = ('official: Swin-Transformer-Object-Detection/configs/swin/'
-            'mask_rcnn_swin_tiny_patch4_window7_mstrain_480-800_adamw_1x_'
-            'coco.py')
 
 model = dict(
     backbone=dict(
@@ -37,17 +32,9 @@ model = dict(
     neck=dict(in_channels=[64, 128, 256, 512]))
 
 recipe_sources = dict(
-    optimizer=_SWIN_1X + ' (ours: the FLatten-Swin-T 1x recipe; no '
+    optimizer='ours: the FLatten-Swin-T 1x recipe, the Swin release 1x (no '
     'FLatten-CSwin detection recipe exists)',
-    lr=_SWIN_1X,
-    weight_decay=_SWIN_1X,
-    batch=_SWIN_1X,
-    schedule=_SWIN_1X,
-    warmup=_SWIN_1X,
     drop_path='ours: FLatten-CSwin-T ImageNet value 0.2 (official '
     'cfgs/flatten_cswin_t.yaml); no detection value published',
-    clip_grad=_SWIN_1X,
-    augmentation=_SWIN_1X + ' (multi-scale 480-800 + crop)',
-    amp=_SWIN_1X + ' (fp16)',
     pretrained='official: FLatten-Transformer README, flatten_cswin_t.pth, '
     "its 'state_dict_ema' (as CSwin's segmentation loader)")

@@ -1,6 +1,5 @@
 _base_ = ['../baselines/mask-rcnn_pvt-t_fpn_1x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(

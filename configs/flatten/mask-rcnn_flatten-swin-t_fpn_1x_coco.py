@@ -7,7 +7,6 @@
 # path 0.1) with the backbone swapped.
 _base_ = ['../baselines/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py']
 custom_imports = dict(imports=['vitattn_mm'], allow_failed_imports=False)
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 _SWIN_1X = ('official: Swin-Transformer-Object-Detection/configs/swin/'
             'mask_rcnn_swin_tiny_patch4_window7_mstrain_480-800_adamw_1x_'

@@ -5,7 +5,6 @@
 # 5's 10.6% FLOP reduction (ViT-S+LA's 13.1% is the tiny models' nine;
 # docs/lavit.md).
 _base_ = ['./deit-t-la_4xb256_in1k.py']
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(arch='small', la_start=6), head=dict(in_channels=384))

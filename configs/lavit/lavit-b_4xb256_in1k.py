@@ -3,7 +3,6 @@
 # path 0.3, PVT-M / PVT-L's, for this PVT-M-sized model (the paper gives no
 # drop path; DeiT's 0.1 is for its tiny and small models).
 _base_ = ['./lavit-t_4xb256_in1k.py']
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(backbone=dict(arch='base', drop_path_rate=0.3))
 

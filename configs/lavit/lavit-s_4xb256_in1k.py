@@ -1,7 +1,6 @@
 # LaViT-S, ImageNet-1k (paper Table 2): lavit-t's recipe (paper Sec. 4.3,
 # DeiT's augmentation and regularization, lr 0.005, no clipping).
 _base_ = ['./lavit-t_4xb256_in1k.py']
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(backbone=dict(arch='small'))
 

@@ -11,14 +11,14 @@
 # benchmarks/lavit_paper_settings.py). Kept so that the paper can be run as
 # written. Same network, parameters and FLOPs as lavit-t.
 _base_ = ['./lavit-t_4xb256_in1k.py']
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(
         dp_loss_weight=1.0,  # Eq. 10: L_CE + sum_m sum_l L_DP,l
         dp_loss_form='paper'))  # Eq. 9 as printed (sums of raw logits)
 
-optim_wrapper = dict(optimizer=dict(lr=0.005))  # Sec. 4.3 (as lavit-t)
+# Sec. 4.3, pinned here: the paper's value whatever lavit-t's default is.
+optim_wrapper = dict(optimizer=dict(lr=0.005))
 
 recipe_sources = dict(
     lr='paper: LaViT Sec. 4.3 (initial learning rate 0.005)')

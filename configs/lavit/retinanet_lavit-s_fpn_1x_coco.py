@@ -1,6 +1,5 @@
 # RetinaNet LaViT-S 1x, COCO (paper Table 3).
 _base_ = ['./retinanet_lavit-t_fpn_1x_coco.py']
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(

@@ -1,6 +1,5 @@
 # RetinaNet LaViT-S 3x with multi-scale training, COCO (paper Table 3).
 _base_ = ['./retinanet_lavit-t_fpn_ms-640-800-3x_coco.py']
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(
     backbone=dict(

@@ -1,7 +1,6 @@
 # RetinaNet LaViT-T 3x with multi-scale training, COCO (paper Table 3):
 # shorter side 640-800 (mmdet's ms-3x recipe), 36 epochs, steps at 27 / 33.
 _base_ = ['./retinanet_lavit-t_fpn_1x_coco.py']
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 train_pipeline = [
     dict(type='LoadImageFromFile', backend_args={{_base_.backend_args}}),

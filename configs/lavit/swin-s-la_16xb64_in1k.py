@@ -3,7 +3,6 @@
 # stage 3 are window Less-Attention layers (see docs/lavit.md for the
 # choice).
 _base_ = ['./swin-t-la_16xb64_in1k.py']
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(backbone=dict(arch='small', drop_path_rate=0.3))
 

@@ -6,7 +6,6 @@
 # DeiT's, so this is deit-t-la's recipe (DeiT paper: 5 warm-up epochs, drop
 # path 0.1, no clipping, lr 5e-4 * 1024 / 512, repeated augmentation).
 _base_ = ['./deit-t-la_4xb256_in1k.py']
-custom_hooks = [dict(type='CheckpointCheckHook')]
 
 model = dict(backbone=dict(patch_embed='pixel_norm', pos_embed='sincos'))
 
