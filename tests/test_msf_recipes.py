@@ -1,7 +1,7 @@
 """MSF recipes: the values each config trains with (the official ImageNet
 recipe with its gradient clipping, the Swin release's multi-scale 1x for
-Mask R-CNN), the checkpoint check and the recipe sources of every config;
-every downstream config and every classification recipe trains an iteration
+Mask R-CNN; the checkpoint check and the recipe sources of every config
+are tests/test_recipes.py's); every downstream config and every classification recipe trains an iteration
 and runs a test pass on the demo data (the other variants of a
 classification recipe build and take a training step); the multi-scale crop
 pipeline runs on demo images; a short run lowers an MSF segmentor's loss."""
@@ -53,17 +53,6 @@ def test_every_config_is_covered_and_in_the_metafile():
 
 
 CLS_ALL = sorted(glob.glob('configs/msf/*_in1k.py'))
-
-
-@pytest.mark.parametrize('config', sorted(glob.glob('configs/msf/*.py')))
-def test_every_config_has_the_check_and_sourced_recipe(config):
-    from vitattn_mm.utils.recipes import read_recipe
-    cfg = Config.fromfile(config)
-    hooks = [h['type'] for h in cfg.get('custom_hooks') or []]
-    assert hooks.count('CheckpointCheckHook') == 1, hooks
-    recipe = read_recipe(config)
-    assert not recipe.malformed_sources(), recipe.malformed_sources()
-    assert not recipe.unsourced(), recipe.unsourced()
 
 
 @pytest.mark.parametrize('config', CLS_ALL)

@@ -1,6 +1,7 @@
 """Every shipped config trains with the recipe docs/recipes.md states, each
 value has a source, and every config refuses a checkpoint that would leave
 its model random, with OpenMMLab's own tools too."""
+import glob
 import os.path as osp
 import re
 import sys
@@ -106,7 +107,7 @@ def test_batch_is_read_from_the_name_or_auto_scale_lr(recipes):
 
 
 @pytest.mark.parametrize('config', CONFIGS + sorted(
-    c for c in __import__('glob').glob('configs/demo/*.py')))
+    c for c in glob.glob('configs/demo/*.py')))
 def test_every_config_carries_the_checkpoint_check(config):
     """So mmdet's / mmseg's / mmpretrain's own tools/train.py refuse a
     load_from file that fills (almost) nothing, as ours do; hooks of the
@@ -144,8 +145,6 @@ def test_every_pretrained_file_is_listed_with_where_to_get_it():
     configs/pretrained.yml (provider, where to get it), and docs/
     model_zoo.md's weights table is what that file and the zoo's configs
     give."""
-    import glob
-
     from vitattn_mm.utils.model_zoo import (WEIGHTS_TITLE,
                                             downstream_checkpoints,
                                             load_metafiles, load_weights,

@@ -144,15 +144,13 @@ WEIGHTS_TITLE = '## Pretrained backbone weights'
 def downstream_checkpoints(configs: Iterable[str]) -> Dict[str, List[str]]:
     """Backbone checkpoint -> the detection / segmentation configs that
     load it through ``init_cfg``."""
-    from .recipes import load_config
+    from .recipes import backbone_checkpoint, load_config
     used: Dict[str, List[str]] = {}
     for path in configs:
         cfg = load_config(path)
         if cfg.get('default_scope') not in ('mmdet', 'mmseg'):
             continue
-        init_cfg = cfg.model.get('backbone', {}).get('init_cfg') or {}
-        checkpoint = init_cfg.get('checkpoint') if isinstance(
-            init_cfg, dict) else None
+        checkpoint = backbone_checkpoint(cfg)
         if checkpoint:
             used.setdefault(checkpoint, []).append(path)
     return used

@@ -78,11 +78,11 @@ def load_config(path: str) -> Config:
 
 
 def stock_config_path(base: str) -> str:
-    """The file of a ``pkg::path`` base."""
-    import importlib
+    """The file of a ``pkg::path`` base, as mmengine resolves it."""
+    from mmengine.config.utils import _get_external_cfg_base_path
+    from mmengine.utils import get_installed_path
     package, _, cfg_path = base.partition('::')
-    root = osp.dirname(importlib.import_module(package).__file__)
-    return osp.join(root, '.mim', 'configs', cfg_path)
+    return _get_external_cfg_base_path(get_installed_path(package), cfg_path)
 
 
 @lru_cache(maxsize=None)
@@ -360,11 +360,17 @@ def _augmentation(cfg: Config) -> str:
     return ', '.join(dict.fromkeys(parts)) or 'none'
 
 
+def backbone_checkpoint(cfg: Config) -> Optional[str]:
+    """The file the backbone's ``init_cfg`` loads, if any."""
+    init_cfg = (cfg.get('model') or {}).get('backbone', {}).get('init_cfg')
+    return init_cfg.get('checkpoint') if isinstance(init_cfg,
+                                                    dict) else None
+
+
 def _pretrained(cfg: Config, backbone: dict) -> str:
-    init_cfg = backbone.get('init_cfg') or {}
-    if isinstance(init_cfg, dict) and init_cfg.get('checkpoint'):
-        checkpoint = init_cfg['checkpoint']
-        key = init_cfg.get('state_dict_key')
+    checkpoint = backbone_checkpoint(cfg)
+    if checkpoint:
+        key = backbone['init_cfg'].get('state_dict_key')
         return checkpoint + (f' [{key}]' if key else '')
     if cfg.get('load_from'):
         return f'load_from {cfg.load_from}'

@@ -266,14 +266,12 @@ class LessAttentionState(AttentionState):
         sum (paper Eq. 10) for the paper's."""
         if not self.maps:
             return {}
-        bounded = [weight * diagonality_preserving_loss(logits, qhw, khw)
-                   for logits, qhw, khw, weight, form in self.maps
-                   if form == 'bounded']
-        total = sum(weight * paper_diagonality_loss(logits, qhw, khw)
-                    for logits, qhw, khw, weight, form in self.maps
-                    if form == 'paper')
-        if bounded:
-            total = total + sum(bounded) / len(bounded)
+        terms = {form: [] for form in DP_LOSS_FORMS}
+        for logits, qhw, khw, weight, form in self.maps:
+            terms[form].append(weight * DP_LOSS_FORMS[form](logits, qhw, khw))
+        total = sum(terms['paper'])
+        if terms['bounded']:
+            total = total + sum(terms['bounded']) / len(terms['bounded'])
         return {'loss_dp': total}
 
 
