@@ -21,7 +21,13 @@ setup(
     'and classification',
     long_description=readme(),
     long_description_content_type='text/markdown',
-    packages=find_packages(exclude=('configs', 'tools', 'tests', 'docs')),
+    # The library, and beside it the command-line tools' helpers: a second
+    # top-level package kept in tools/ (where the tools are) and installed
+    # with the library, so `import vitattn_tools` works from tools/,
+    # benchmarks/ and tests/ alike.
+    packages=find_packages(include=('vitattn_mm', 'vitattn_mm.*')) +
+    ['vitattn_tools'],
+    package_dir={'vitattn_tools': 'tools/vitattn_tools'},
     python_requires='>=3.9',
     install_requires=[
         'torch>=2.0',

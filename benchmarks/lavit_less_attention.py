@@ -11,10 +11,10 @@ again; patch embeddings, attention residual and FFNs identical):
   (``softmax(Q K^T) V`` written out, as PVT's and the paper's code do), the
   implementation whose cost Less-Attention cuts.
 
-FLOPs come from :func:`vitattn_mm.utils.flops.count_complexity` on the
+FLOPs come from :func:`vitattn_tools.flops.count_complexity` on the
 whole detector (only the backbone rows differ), in both counting
 conventions; latency is the backbone's forward pass, timed in interleaved
-repeats (median) by :func:`vitattn_mm.utils.benchmark.measure`.
+repeats (median) by :func:`vitattn_tools.benchmark.measure`.
 
 Example::
 
@@ -30,8 +30,8 @@ from mmengine.config import Config
 from mmengine.registry import MODELS, init_default_scope
 
 from vitattn_mm.models.backbones.lavit import VanillaAttention
-from vitattn_mm.utils.benchmark import measure
-from vitattn_mm.utils.flops import CONVENTIONS, count_complexity
+from vitattn_tools.benchmark import measure
+from vitattn_tools.flops import CONVENTIONS, count_complexity
 
 CONFIG = 'configs/lavit/retinanet_lavit-{}_fpn_1x_coco.py'
 

@@ -73,8 +73,8 @@ def parse_args():
 
 
 def build_config(path, options, args, data_root, work_dir):
-    from vitattn_mm.utils.demo_config import make_demo_config
-    from vitattn_mm.utils.runtime import load_tool_config
+    from vitattn_tools.demo_config import make_demo_config
+    from vitattn_tools.runtime import load_tool_config
 
     # As tools/train.py CONFIG --demo does (load_tool_config, then
     # make_demo_config).

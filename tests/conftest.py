@@ -48,8 +48,8 @@ def run_recipe(demo_data, tmp_path):
     from mmengine.runner import Runner
 
     import vitattn_mm  # noqa: F401
-    from vitattn_mm.utils import adapt_to_device
-    from vitattn_mm.utils.demo_config import make_demo_config
+    from vitattn_tools.demo_config import make_demo_config
+    from vitattn_tools.runtime import adapt_to_device
 
     def run(config, max_iters=1, batch_size=2, num_val=2, **overrides):
         cfg = Config.fromfile(config) if isinstance(config, str) else config

@@ -5,8 +5,8 @@ import sys
 import pytest
 import torch.nn as nn
 
-from vitattn_mm.utils.benchmark import (build_backbone, fit_exponent,
-                                        measure, write_csv)
+from vitattn_tools.benchmark import (build_backbone, fit_exponent, measure,
+                                     write_csv)
 
 
 class Quadratic(nn.Module):
@@ -52,7 +52,7 @@ def test_every_registered_attention_is_a_preset():
     """The registry drives the presets: any registered attention is Swin-T
     with it in every block, under its own name."""
     from vitattn_mm.registry import ATTENTIONS
-    from vitattn_mm.utils.benchmark import attention_preset, preset_names
+    from vitattn_tools.benchmark import attention_preset, preset_names
     assert set(ATTENTIONS.module_dict) <= set(preset_names())
     for name in ATTENTIONS.module_dict:
         cfg = attention_preset(name)
@@ -97,7 +97,7 @@ def test_cli_compile_side_by_side(tmp_path):
 def test_backbone_macs_count_the_attention_matmuls():
     """``--gemm-share`` divides these by the latency: a ViT block's
     multiply-adds, attention matmuls included, counted by hand."""
-    from vitattn_mm.utils.flops import count_backbone_macs
+    from vitattn_tools.flops import count_backbone_macs
     label, model = build_backbone(
         '{"type": "AttnViT", "arch": {"embed_dims": 32, "depth": 1, '
         '"num_heads": 2}, "with_cls_token": false, "out_type": "featmap",'

@@ -12,8 +12,8 @@ from mmengine.registry import DATASETS, MODELS, init_default_scope
 
 import vitattn_mm  # noqa: F401
 from vitattn_mm.models.layers import LinspaceOnCPU
-from vitattn_mm.utils.demo_config import make_demo_config
-from vitattn_mm.utils.runtime import task_of
+from vitattn_tools.demo_config import make_demo_config
+from vitattn_tools.runtime import task_of
 
 CONFIGS = sorted(
     path for path in glob.glob('configs/**/*.py', recursive=True)

@@ -45,7 +45,7 @@ def test_real_dataset_classes_read_it(demo_data):
     from mmseg.registry import DATASETS as SEG_DATASETS
     from mmengine.config import Config
 
-    from vitattn_mm.utils.demo_config import config_root
+    from vitattn_tools.demo_config import config_root
 
     init_default_scope('mmdet')
     det_cfg = Config.fromfile(

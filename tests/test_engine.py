@@ -85,7 +85,7 @@ def test_resumed_run_reproduces_the_uninterrupted_one(demo_data, tmp_path):
     boundary inside the replayed batches and a validation in between."""
     from mmengine.runner import Runner
 
-    from vitattn_mm.utils.runtime import load_tool_config
+    from vitattn_tools.runtime import load_tool_config
 
     def train(work_dir, max_iters, resume=False, **options):
         cfg = load_tool_config(

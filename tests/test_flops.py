@@ -11,9 +11,9 @@ from mmengine.analysis import FlopAnalyzer
 from mmengine.config import Config
 
 import vitattn_mm  # noqa: F401
-from vitattn_mm.utils import flops as flops_utils
-from vitattn_mm.utils.flops import count_complexity
-from vitattn_mm.utils.model_zoo import load_metafiles, render_table
+from vitattn_tools import flops as flops_utils
+from vitattn_tools.flops import count_complexity
+from vitattn_tools.model_zoo import load_metafiles, render_table
 
 MASK_RCNN_SWIN_T = 'configs/baselines/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'
 UPERNET_SWIN_T = (

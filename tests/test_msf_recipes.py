@@ -38,7 +38,7 @@ LEAN = dict(
 
 
 def test_every_config_is_covered_and_in_the_metafile():
-    from vitattn_mm.utils.model_zoo import load_metafiles
+    from vitattn_tools.model_zoo import load_metafiles
     assert len(DOWNSTREAM) == 11
     assert len(CLS_RECIPES) + len(CLS_SIZES) == 18
     assert set(CLS_RECIPES) <= set(glob.glob('configs/msf/*_in1k.py'))

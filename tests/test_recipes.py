@@ -14,9 +14,9 @@ from mmengine.runner import Runner
 sys.path.insert(0, 'tools')
 from recipe_table import COMMAND, TABLE, shipped_configs  # noqa: E402
 
-from vitattn_mm.utils.recipes import (FIELDS, load_config,  # noqa: E402
-                                      read_recipe, render_recipes,
-                                      stock_base_of, stock_config_path)
+from vitattn_tools.recipes import (FIELDS, load_config,  # noqa: E402
+                                   read_recipe, render_recipes,
+                                   stock_base_of, stock_config_path)
 
 CONFIGS = shipped_configs()
 
@@ -145,10 +145,10 @@ def test_every_pretrained_file_is_listed_with_where_to_get_it():
     configs/pretrained.yml (provider, where to get it), and docs/
     model_zoo.md's weights table is what that file and the zoo's configs
     give."""
-    from vitattn_mm.utils.model_zoo import (WEIGHTS_TITLE,
-                                            downstream_checkpoints,
-                                            load_metafiles, load_weights,
-                                            weights_section)
+    from vitattn_tools.model_zoo import (WEIGHTS_TITLE,
+                                         downstream_checkpoints,
+                                         load_metafiles, load_weights,
+                                         weights_section)
     used = downstream_checkpoints(CONFIGS)
     weights = load_weights()
     listed = [w['Checkpoint'] for w in weights]

@@ -173,7 +173,7 @@ def test_test_py_flip_tta_for_classifiers(demo_data, tmp_path):
     views' scores, as mmpretrain's test.py does."""
     from mmengine.runner import Runner
 
-    from vitattn_mm.utils.runtime import load_tool_config
+    from vitattn_tools.runtime import load_tool_config
     cfg = load_tool_config(VIT_TI, str(tmp_path),
                            {'test_dataloader.dataset.indices': 2}, demo_data)
     assert 'tta_model' not in cfg

@@ -7,7 +7,7 @@ from mmdet.registry import MODELS
 
 import vitattn_mm  # noqa: F401
 from vitattn_mm.registry import ATTENTIONS
-from vitattn_mm.utils import attention_maps
+from vitattn_tools import attention_maps
 
 # Odd, non-square input (pixels); the query near the top-right corner.
 SIZE = (72, 104)

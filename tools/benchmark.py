@@ -27,12 +27,12 @@ import torch
 from tqdm import tqdm
 
 import vitattn_mm  # noqa: F401
-from vitattn_mm.utils.benchmark import (PRESETS, SUITE, build_backbone,
-                                        fit_exponent, gemm_rate, measure,
-                                        plot_sweep, preset_names, run_once,
-                                        write_csv)
 from vitattn_mm.utils.compile import compile_backbone, compile_stats
-from vitattn_mm.utils.flops import count_backbone_macs
+from vitattn_tools.benchmark import (PRESETS, SUITE, build_backbone,
+                                     fit_exponent, gemm_rate, measure,
+                                     plot_sweep, preset_names, run_once,
+                                     write_csv)
+from vitattn_tools.flops import count_backbone_macs
 
 
 def parse_args():

@@ -18,7 +18,7 @@ import argparse
 import sys
 
 import vitattn_mm  # noqa: F401  (registers backbones)
-from vitattn_mm.utils.drop_in import check_all, render
+from vitattn_tools.drop_in import check_all, render
 
 
 def parse_args(argv=None):

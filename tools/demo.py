@@ -14,7 +14,7 @@ from mmengine.runner import Runner
 
 import vitattn_mm  # noqa: F401
 from vitattn_mm.datasets import generate_demo_data
-from vitattn_mm.utils.runtime import ends_process_group, load_tool_config
+from vitattn_tools.runtime import ends_process_group, load_tool_config
 
 DEFAULT_CONFIG = 'configs/demo/mask-rcnn_flatten-swin-nano_fpn_8e_demo.py'
 SHOWN_METRICS = (('coco/bbox_mAP', 'box AP'), ('coco/bbox_mAP_50', 'box AP50'),

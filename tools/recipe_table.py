@@ -1,5 +1,5 @@
 """Write docs/recipes.md: every shipped config's training recipe and the
-source of each value (see vitattn_mm/utils/recipes.py).
+source of each value (see tools/vitattn_tools/recipes.py).
 
 Examples::
 
@@ -11,7 +11,7 @@ import difflib
 import glob
 import sys
 
-from vitattn_mm.utils.recipes import read_recipe, render_recipes
+from vitattn_tools.recipes import read_recipe, render_recipes
 
 COMMAND = 'python tools/recipe_table.py'
 TABLE = 'docs/recipes.md'

@@ -18,6 +18,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
+# Absolute: the import checks below run from / (`make env` passes .venv).
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
 WHEELHOUSE="${WHEELHOUSE:-$ROOT/../shared/wheels}"
 PYTHON="${PYTHON:-python3}"
 MMCV_VERSION=2.1.0
@@ -40,9 +42,11 @@ env_ok() {
   (cd / && "$PY" - "$ROOT" <<'EOF') >/dev/null 2>&1
 import os.path as osp, sys
 import mmcv, mmcv.ops, mmdet, mmseg, mmpretrain, torch, vitattn_mm  # noqa
+import vitattn_tools  # the tools' helpers, installed beside the library
 from mmcv.ops import nms
-assert osp.realpath(vitattn_mm.__file__).startswith(
-    osp.realpath(sys.argv[1]) + '/'), vitattn_mm.__file__
+for package in (vitattn_mm, vitattn_tools):
+    assert osp.realpath(package.__file__).startswith(
+        osp.realpath(sys.argv[1]) + '/'), package.__file__
 nms(torch.rand(4, 4) * 10, torch.rand(4), 0.5)
 EOF
 }
@@ -98,7 +102,7 @@ fi
 
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT"
 
-if ! "$PY" -c 'import mmcv.ops, vitattn_mm' ; then
+if ! (cd / && "$PY" -c 'import mmcv.ops, vitattn_mm, vitattn_tools') ; then
   log "import check failed" >&2
   exit 1
 fi

@@ -15,10 +15,10 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import vitattn_mm  # noqa: F401  (registers models, safe checkpoint loading)
-from vitattn_mm.utils import adapt_to_device, setup_launcher, task_of
 from vitattn_mm.utils.compile import (add_compile_backbone_hook,
                                       compile_test_step)
-from vitattn_mm.utils.runtime import ends_process_group, load_tool_config
+from vitattn_tools.runtime import (adapt_to_device, ends_process_group,
+                                   load_tool_config, setup_launcher, task_of)
 
 
 def parse_args():

@@ -36,7 +36,7 @@ from mmengine.registry import MODELS, init_default_scope
 import vitattn_mm  # noqa: F401
 from vitattn_mm.datasets import render_demo_image
 from vitattn_mm.registry import ATTENTIONS
-from vitattn_mm.utils import attention_maps
+from vitattn_tools import attention_maps
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402

@@ -33,7 +33,7 @@ from mmengine.runner import load_checkpoint
 import vitattn_mm  # noqa: F401  (registers backbones)
 from vitattn_mm.deployment import (EXPORTERS, check_onnx, export_onnx,
                                    wrap_for_export)
-from vitattn_mm.utils.flops import build_model
+from vitattn_tools.flops import build_model
 
 
 def parse_args():

@@ -26,7 +26,7 @@ import vitattn_mm  # noqa: F401  (weights-only checkpoint loading)
 from vitattn_mm.models.backbones.flatten import (FLattenCSwinTransformer,
                                                  FLattenPVT,
                                                  FLattenSwinTransformer)
-from vitattn_mm.utils.converter import converter_main, to_classifier_keys
+from vitattn_tools.converter import converter_main, to_classifier_keys
 
 
 def convert(state_dict):

@@ -25,7 +25,7 @@ Example::
 """
 import vitattn_mm  # noqa: F401  (weights-only checkpoint loading)
 from vitattn_mm.models.backbones.l2vit import L2ViT
-from vitattn_mm.utils.converter import converter_main, to_classifier_keys
+from vitattn_tools.converter import converter_main, to_classifier_keys
 
 
 def convert(state_dict):

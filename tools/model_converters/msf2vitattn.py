@@ -26,7 +26,7 @@ from collections import OrderedDict
 
 import vitattn_mm  # noqa: F401  (weights-only checkpoint loading)
 from vitattn_mm.models.backbones.msf import MSFViT
-from vitattn_mm.utils.converter import converter_main
+from vitattn_tools.converter import converter_main
 
 
 def convert(state_dict):

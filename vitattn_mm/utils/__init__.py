@@ -1,8 +1,13 @@
-from .checkpoint import (UnsafeCheckpointError,
+"""What configs and models need at run time: weights-only checkpoint
+loading and ``torch.compile`` of the backbones. The command-line tools'
+helpers live in the separate ``vitattn_tools`` package (``tools/``)."""
+from .checkpoint import (InvalidCheckpointError, UnsafeCheckpointError,
                          install_safe_checkpoint_loading)
-from .runtime import adapt_to_device, enable_amp, setup_launcher, task_of
+from .compile import (CompileStats, add_compile_backbone_hook,
+                      compile_backbone, compile_stats, compile_test_step)
 
 __all__ = [
-    'UnsafeCheckpointError', 'install_safe_checkpoint_loading', 'task_of',
-    'setup_launcher', 'enable_amp', 'adapt_to_device'
+    'InvalidCheckpointError', 'UnsafeCheckpointError',
+    'install_safe_checkpoint_loading', 'CompileStats', 'compile_backbone',
+    'compile_stats', 'compile_test_step', 'add_compile_backbone_hook'
 ]

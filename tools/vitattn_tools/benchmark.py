@@ -62,7 +62,7 @@ def attention_preset(name: str) -> dict:
     by its ``layer_plan`` (windowed where it needs a window): every
     attention of the registry is a preset under its own name, so a new one
     is benchmarked against ``swin-t`` with no list to edit."""
-    from ..registry import ATTENTIONS
+    from vitattn_mm.registry import ATTENTIONS
     depths = [2, 2, 6, 2]
     return dict(type='AttnSwinTransformer', arch='tiny',
                 attn_cfgs=ATTENTIONS.get(name).layer_plan(depths))
@@ -70,14 +70,14 @@ def attention_preset(name: str) -> dict:
 
 def preset_names() -> List[str]:
     """The named presets and every registered attention."""
-    from ..registry import ATTENTIONS
+    from vitattn_mm.registry import ATTENTIONS
     return sorted(PRESETS) + sorted(ATTENTIONS.module_dict)
 
 
 def build_backbone(spec: str) -> Tuple[str, nn.Module]:
     """A backbone from a preset name, a config file (its backbone),
     ``Type[:arch]`` or a JSON dict. Returns (label, module)."""
-    from ..registry import ATTENTIONS
+    from vitattn_mm.registry import ATTENTIONS
     init_default_scope('mmdet')
     if spec in PRESETS:
         cfg = dict(PRESETS[spec])

@@ -28,7 +28,7 @@ from mmengine.config import Config
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, init_default_scope
 
-from .runtime import task_of
+from .tasks import task_of
 
 #: Default input (H, W) per task, as in the papers' tables.
 DEFAULT_SHAPES = {

@@ -16,7 +16,7 @@ from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
 from mmengine.registry import MODELS, DefaultScope
 
-from .runtime import task_of
+from .tasks import task_of
 
 #: task -> (demo dataset base config, sub-folder of the demo data root)
 DEMO_DATASETS = {

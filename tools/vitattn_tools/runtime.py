@@ -1,6 +1,6 @@
-"""What the command-line tools share: task detection, CPU-capable
-launching (the stock mmengine path assumes CUDA in several places) and a
-clean end of every distributed run."""
+"""What the command-line tools share: reading a config as the tools do,
+CPU-capable launching (the stock mmengine path assumes CUDA in several
+places) and a clean end of every distributed run."""
 import functools
 import os
 import os.path as osp
@@ -12,20 +12,8 @@ import torch.distributed as dist
 from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
 
-#: default_scope -> task name used by the tools.
-TASKS = {'mmdet': 'detection', 'mmseg': 'segmentation',
-         'mmpretrain': 'classification'}
-
-
-def task_of(cfg: Config) -> str:
-    """'detection', 'segmentation' or 'classification' from the scope."""
-    scope = cfg.get('default_scope')
-    if scope not in TASKS:
-        raise ValueError(
-            f"config default_scope is {scope!r}; vitattn_mm tools handle "
-            f"{sorted(TASKS)}. Inherit an mmdet::, mmseg:: or mmpretrain:: "
-            'base config (they set it).')
-    return TASKS[scope]
+from .demo_config import make_demo_config
+from .tasks import TASKS, task_of  # noqa: F401  (re-exported for the tools)
 
 
 def replace_norm_type(node: Any, old: str, new: str) -> Any:
@@ -152,8 +140,8 @@ def load_tool_config(path: str,
     """
     cfg = Config.fromfile(path)
     if demo_root:
-        from ..datasets import generate_demo_data
-        from .demo_config import make_demo_config
+        # Lazy: importing the datasets imports vitattn_mm and its models.
+        from vitattn_mm.datasets import generate_demo_data
         generate_demo_data(demo_root)
         cfg = make_demo_config(cfg, data_root=demo_root, max_iters=demo_iters)
     cfg.default_hooks = cfg.get('default_hooks') or ConfigDict()

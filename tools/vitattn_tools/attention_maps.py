@@ -16,8 +16,8 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from ..models.layers import QueryAttention
-from ..registry import ATTENTIONS
+from vitattn_mm.models.layers import QueryAttention
+from vitattn_mm.registry import ATTENTIONS
 
 Grid = Tuple[int, int]
 
@@ -281,7 +281,7 @@ def attention_row(name: str, image: torch.Tensor, point: Sequence[float],
     in the last block, and dot-product softmax over the same q and k. Any
     attention registered in ``ATTENTIONS`` is drawn so, with no list to
     edit."""
-    from ..models.backbones import AttnViT
+    from vitattn_mm.models.backbones import AttnViT
     cls = ATTENTIONS.get(name)
     torch.manual_seed(seed)
     model = AttnViT(
