@@ -21,16 +21,24 @@ The protocol has two sides:
 :class:`AuxLossImageClassifier` (mmpretrain) are the stock models with the
 mixin. They work with any backbone; one without ``pop_aux_losses`` adds
 nothing.
+
+Those three classes are created on first use, not at import: their bases
+live in ``mmdet.models`` / ``mmseg.models`` / ``mmpretrain.models``, whose
+import loads every detector, segmentor and classifier and needs mmcv's
+compiled ops, while ``import vitattn_mm`` (a config's ``custom_imports``)
+must not. Each registry holds a small builder under the class's name that
+creates the class when a config first builds it; the module attribute
+(``from vitattn_mm.models.aux_loss import AuxLossRetinaNet``) returns the
+same class, so ``isinstance`` and pickling work as for a plain class.
 """
-from typing import Dict
+import functools
+from importlib import import_module
+from typing import Callable, Dict, List
 
 import torch
 import torch.nn as nn
-from mmdet.models.detectors import RetinaNet
 from mmdet.registry import MODELS as MMDET_MODELS
-from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
-from mmseg.models.segmentors import EncoderDecoder
 from mmseg.registry import MODELS as MMSEG_MODELS
 
 
@@ -74,19 +82,66 @@ class AuxLossModelMixin:
             pop_aux_losses(self.backbone)
 
 
-@MMDET_MODELS.register_module()
-class AuxLossRetinaNet(AuxLossModelMixin, RetinaNet):
-    """RetinaNet whose losses include the backbone's auxiliary losses
-    (e.g. LaViT's ``loss_dp``). Arguments as ``RetinaNet``."""
+#: name -> (registry, module of the stock model, stock class, docstring).
+_TASK_MODELS = {
+    'AuxLossRetinaNet':
+    (MMDET_MODELS, 'mmdet.models.detectors', 'RetinaNet',
+     """RetinaNet whose losses include the backbone's auxiliary losses
+    (e.g. LaViT's ``loss_dp``). Arguments as ``RetinaNet``."""),
+    'AuxLossEncoderDecoder':
+    (MMSEG_MODELS, 'mmseg.models.segmentors', 'EncoderDecoder',
+     """EncoderDecoder whose losses include the backbone's auxiliary losses
+    (e.g. LaViT's ``loss_dp``). Arguments as ``EncoderDecoder``."""),
+    'AuxLossImageClassifier':
+    (MMPRETRAIN_MODELS, 'mmpretrain.models.classifiers', 'ImageClassifier',
+     """ImageClassifier whose losses include the backbone's auxiliary losses
+    (e.g. LaViT's ``loss_dp``). Arguments as ``ImageClassifier``."""),
+}
 
 
-@MMSEG_MODELS.register_module()
-class AuxLossEncoderDecoder(AuxLossModelMixin, EncoderDecoder):
-    """EncoderDecoder whose losses include the backbone's auxiliary losses
-    (e.g. LaViT's ``loss_dp``). Arguments as ``EncoderDecoder``."""
+@functools.lru_cache(maxsize=None)
+def aux_loss_model(name: str) -> type:
+    """The task model class ``name`` with :class:`AuxLossModelMixin`,
+    created on the first call (importing its stock base) and the same
+    class on every later one.
+
+    Args:
+        name (str): 'AuxLossRetinaNet', 'AuxLossEncoderDecoder' or
+            'AuxLossImageClassifier'.
+
+    Returns:
+        type: ``class <name>(AuxLossModelMixin, <stock model>)``.
+    """
+    _, module, base, doc = _TASK_MODELS[name]
+    stock = getattr(import_module(module), base)
+    # Module-level name and qualname: pickle finds the class again through
+    # this module's __getattr__.
+    return type(name, (AuxLossModelMixin, stock),
+                dict(__doc__=doc, __module__=__name__, __qualname__=name))
 
 
-@MMPRETRAIN_MODELS.register_module()
-class AuxLossImageClassifier(AuxLossModelMixin, ImageClassifier):
-    """ImageClassifier whose losses include the backbone's auxiliary losses
-    (e.g. LaViT's ``loss_dp``). Arguments as ``ImageClassifier``."""
+def _lazy_builder(name: str) -> Callable:
+    """What the registry holds for ``name``: builds an instance of
+    :func:`aux_loss_model` ``(name)`` from a config's arguments."""
+
+    def build(*args, **kwargs):
+        return aux_loss_model(name)(*args, **kwargs)
+
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = _TASK_MODELS[name][3]
+    return build
+
+
+for _name, (_registry, *_) in _TASK_MODELS.items():
+    _registry.register_module(name=_name, module=_lazy_builder(_name))
+
+
+def __getattr__(name: str) -> type:
+    # PEP 562: `aux_loss.AuxLossRetinaNet` creates the class on first access.
+    if name in _TASK_MODELS:
+        return aux_loss_model(name)
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__() -> List[str]:
+    return sorted(list(globals()) + list(_TASK_MODELS))
