@@ -10,8 +10,9 @@ from mmengine.hooks import Hook
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..models.layers import StagedBackbone, unwrap_state_dict
-from ..models.layers.pretrained import MIN_LOADED_RATIO, match_state_dict
+from ..models.backbones import StagedBackbone, packages
+from ..models.loading import (MIN_LOADED_RATIO, adapt_for_model,
+                              match_state_dict, unwrap_state_dict)
 
 #: What ``Runner.load_checkpoint`` does to the keys by default.
 _RUNNER_REVISE_KEYS = ((r'^module.', ''), )
@@ -58,9 +59,13 @@ class CheckpointCheckHook(Hook):
             model = model.module
         # As mmengine's _load_checkpoint_to_model reads the file.
         state_dict = checkpoint.get('state_dict', checkpoint)
+        metadata = getattr(state_dict, '_metadata', None)
         for pattern, replacement in _RUNNER_REVISE_KEYS:
             state_dict = OrderedDict((re.sub(pattern, replacement, k), v)
                                      for k, v in state_dict.items())
+        state_dict._metadata = metadata
+        # What every backbone's load hook will make of its part.
+        state_dict = adapt_for_model(model, state_dict)
         source = runner.cfg.get('load_from') or 'the checkpoint'
         min_loaded_ratio = (0. if runner.cfg.get('allow_partial_load') else
                             self.min_loaded_ratio)
@@ -90,17 +95,22 @@ def _advice(model: nn.Module, checkpoint: dict,
             continue
         own = backbone.state_dict().keys()
         try:
-            converted = type(backbone).convert_checkpoint(OrderedDict(weights))
+            converted = backbone.convert_official(OrderedDict(weights))
         except Exception:  # a layout the converter does not know
             converted = weights
         if converted.keys() != weights.keys() and \
                 len(own & converted.keys()) * 2 >= len(own):
-            family = type(backbone).__module__.rsplit('.', 1)[-1]
+            family = next(c for c in type(backbone).__mro__
+                          if c.__module__ != packages.__name__)
+            module = family.__module__.rsplit('.', 1)[-1]
             target = osp.splitext(source)[0] + '_vitattn.pth'
-            return (f'It is an official {type(backbone).__name__} release '
-                    "(the authors' key names). Convert it once and use the "
-                    'converted file: python tools/model_converters/'
-                    f'{family}2vitattn.py {source} {target}')
+            return (f'It is an official {family.__name__} release (the '
+                    "authors' key names) of the backbone alone: load it "
+                    f"with model.{name}.init_cfg=dict(type='Pretrained', "
+                    f'checkpoint={source!r}) (converted on the fly), or '
+                    'convert it once into a classifier checkpoint: python '
+                    f'tools/model_converters/{module}2vitattn.py {source} '
+                    f'{target}')
         prefixed = {f'{name}.{k}' for k in own}
         if len(own & weights.keys()) * 2 >= len(own) or \
                 len(prefixed & weights.keys()) * 2 >= len(prefixed):

@@ -7,9 +7,9 @@ Attention block (ReLU linear attention over the whole map, followed by the
 Local Concentration Module), with conditional positional encodings (CPE)
 instead of position embeddings.
 
-The modules compute exactly what the official implementation
-(ChuanyangZheng/L2ViT) computes and keep its parameter names where they do
-not fight OpenMMLab's (:meth:`L2ViT.convert_checkpoint` maps the rest).
+The skeleton computes exactly what the official implementation
+(ChuanyangZheng/L2ViT) computes and keeps its parameter names where they do
+not fight OpenMMLab's (:func:`convert_official_l2vit` maps the rest).
 Added for dense prediction and mixed precision: any input size (padding
 inside the stem, the downsampling layers and the window attention, cropped
 back), NCHW multi-scale outputs with a LayerNorm each, and a linear
@@ -21,19 +21,22 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_activation_layer, build_norm_layer
-from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.utils import ConditionalPositionEncoding
 
-from ...registry import ATTENTIONS, register_model
-from ..layers import (QueryAttention, Stage, StagedBackbone, StateDict,
-                      TokenAttention, TransformerBlock, build_attention,
-                      check_heads, linear_drop_path_rates, resolve_attn_cfgs,
-                      to_2tuple_int)
+from ...registry import register_model
+from ..attentions.linear_global import LocalConcentrationModule
+from ..layers.blocks import TransformerBlock
+from ..layers.common import nchw_to_nlc
 from ..layers.padding import CornerPadding, grid_after_stride
+from ..layers.stage import Stage
+from ..layers.windows import to_2tuple_int
+from ..loading import StateDict
+from .base_backbone import StagedBackbone
+from .cswin import migrate_stem
+
 
 class ConvStem(BaseModule):
     """Two 3x3 stride-2 convolutions, then a LayerNorm on the tokens.
@@ -113,123 +116,6 @@ class ConvDownsample(BaseModule):
         return nchw_to_nlc(x), tuple(x.shape[-2:])
 
 
-@ATTENTIONS.register_module()
-class LinearGlobalAttention(TokenAttention):
-    """ReLU linear attention over all tokens, keys and values first.
-
-    Per head, with ``phi = ReLU`` and a learnable temperature ``s``
-    (initialised to ``head_dim ** -0.5``)::
-
-        out_i = phi(q_i) (s * sum_j phi(k_j)^T v_j)
-                / max(phi(q_i) . sum_j phi(k_j), denominator_min)
-
-    ``K^T V`` is a ``head_dim x head_dim`` matrix, so the cost is linear in
-    the number of tokens. Clamping the denominator at 100 (the official
-    value) keeps the variance of the output in check.
-
-    Under autocast, the feature map and the products run in fp32: a sum of
-    ``k^T v`` over the ~64k tokens of a 800x1280 image's first stage
-    overflows fp16 (max 65504), and bf16 would keep 8 bits of such a sum.
-    The projections keep the caller's precision; the fp32 part is
-    ``O(N * head_dim)`` per head, small beside them.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        qkv_bias (bool): Bias in the qkv projection. Default: True.
-        denominator_min (float): Lower bound of the normaliser.
-            Default: 100.
-        init_cfg (dict, optional): Initialisation config. Default: None.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 qkv_bias: bool = True,
-                 denominator_min: float = 100.,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        check_heads(embed_dims, num_heads)
-        self.num_heads = num_heads
-        self.denominator_min = denominator_min
-        head_dims = embed_dims // num_heads
-        self.temperature = nn.Parameter(
-            torch.full((num_heads, 1, 1), head_dims**-0.5))
-        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
-        self.proj = nn.Linear(embed_dims, embed_dims)
-
-    def forward(self,
-                x: torch.Tensor,
-                hw_shape: Optional[Tuple[int, int]] = None) -> torch.Tensor:
-        """``(B, N, C)`` -> same shape (the grid is not needed)."""
-        B, N, C = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        with torch.autocast(x.device.type, enabled=False):
-            q, k, v = F.relu(q.float()), F.relu(k.float()), v.float()
-            kv = (k.transpose(-2, -1) @ v) * self.temperature.float()
-            denominator = q @ k.sum(dim=-2).unsqueeze(-1)
-            out = (q @ kv) / denominator.clamp(min=self.denominator_min)
-        out = out.to(qkv.dtype).transpose(1, 2).reshape(B, N, C)
-        return self.proj(out)
-
-    @torch.no_grad()
-    def query_attention(self, x: torch.Tensor, hw_shape: Tuple[int, int],
-                        index: int) -> QueryAttention:
-        """``relu(q_i) relu(k)^T / max(sum, denominator_min)`` of query
-        ``index``: its weights sum to less than 1 where the clamp acts."""
-        B, N, C = x[:1].shape
-        qkv = self.qkv(x[:1].float()).reshape(N, 3, self.num_heads, -1)
-        q, k = qkv[:, 0].transpose(0, 1), qkv[:, 1].transpose(0, 1)
-        sim = (F.relu(q[:, index:index + 1]) @ F.relu(k).transpose(-2, -1))
-        sim = sim[:, 0]
-        weights = sim / sim.sum(-1, keepdim=True).clamp(
-            min=self.denominator_min)
-        return QueryAttention(weights, tuple(hw_shape), q[:, index], k,
-                              q.shape[-1]**-0.5)
-
-    def extra_repr(self) -> str:
-        return (f'num_heads={self.num_heads}, '
-                f'denominator_min={self.denominator_min}')
-
-
-class LocalConcentrationModule(BaseModule):
-    """LCM: ``DWConv7x7 -> GELU -> BN -> DWConv7x7`` on the token map.
-
-    Re-concentrates the dispersed linear-attention output on each token's
-    neighbourhood (the paper's Eq. 5-7). No inner residual: the block adds
-    it.
-
-    Args:
-        embed_dims (int): Channels C.
-        kernel_size (int): Depthwise kernel. Default: 7.
-        act_cfg (dict): Default: ``dict(type='GELU')``.
-        norm_cfg (dict): Default: ``dict(type='BN')``.
-        init_cfg (dict, optional): Initialisation config. Default: None.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 kernel_size: int = 7,
-                 act_cfg: dict = dict(type='GELU'),
-                 norm_cfg: dict = dict(type='BN'),
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        padding = kernel_size // 2
-        self.conv1 = nn.Conv2d(embed_dims, embed_dims, kernel_size,
-                               padding=padding, groups=embed_dims)
-        self.act = build_activation_layer(act_cfg)
-        self.norm = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.conv2 = nn.Conv2d(embed_dims, embed_dims, kernel_size,
-                               padding=padding, groups=embed_dims)
-
-    def forward(self, x: torch.Tensor,
-                hw_shape: Tuple[int, int]) -> torch.Tensor:
-        x = nlc_to_nchw(x, hw_shape)
-        x = self.conv2(self.norm(self.act(self.conv1(x))))
-        return nchw_to_nlc(x)
-
-
 class L2ViTBlock(TransformerBlock):
     """The shared pre-norm block with L2ViT's conditional positional
     encodings (CPE) and, in LGA blocks, the Local Concentration Module.
@@ -237,10 +123,11 @@ class L2ViTBlock(TransformerBlock):
     ``x = cpe0(x)``; ``x = x + attn(norm1(x))``; then ``x = cpe1(x)``
     (LWA blocks) or ``x = x + lcm(norm3(x))`` (LGA blocks);
     ``x = x + mlp(norm2(x))``. The attention is any registered one: LWA
-    blocks have local windows (:class:`WindowedAttention` around
-    :class:`MultiheadSelfAttention`, the map padded to a multiple of the
+    blocks have local windows (:class:`~vitattn_mm.models.attentions.WindowedAttention` around
+    :class:`~vitattn_mm.models.attentions.MultiheadSelfAttention`, the map padded to a multiple of the
     window, padded tokens taking part as the official code has it), LGA
-    blocks :class:`LinearGlobalAttention`.
+    blocks
+    :class:`~vitattn_mm.models.attentions.LinearGlobalAttention`.
 
     Args:
         embed_dims (int): Channels C.
@@ -285,7 +172,7 @@ class L2ViTBlock(TransformerBlock):
     def forward(self, x: torch.Tensor, hw_shape: Tuple[int, int],
                 state=None):
         x = self.cpe[0](x, hw_shape)
-        out, state = self.attend(self.norm1(x), hw_shape, state)
+        out, state = self.attn(self.norm1(x), hw_shape, state)
         x = x + self.drop_path(out)
         if len(self.cpe) > 1:
             x = self.cpe[1](x, hw_shape)
@@ -304,9 +191,9 @@ L2VIT_GLOBAL = dict(type='LinearGlobalAttention')
 class L2ViT(StagedBackbone):
     """L2ViT backbone: LWA and LGA blocks in alternation.
 
-    Layout (paper Table 13): a convolutional stem to stride 4, then four
-    stages, each but the first opened by a LayerNorm + 2x2 stride-2 conv
-    (``stages.{i}.patch_embed``); stage ``i`` holds ``depths[i]`` blocks
+    Layout (paper Table 13): a convolutional stem to stride 4
+    (``patch_embed``), then four stages, each but the first opened by a
+    LayerNorm + 2x2 stride-2 conv (``stages.{i}.patch_embed``); stage ``i`` holds ``depths[i]`` blocks
     alternating LWA, LGA, LWA, LGA... Every output index gets its own
     LayerNorm (``norm{i}``), and outputs are NCHW maps.
 
@@ -321,8 +208,9 @@ class L2ViT(StagedBackbone):
         arch (str | dict): 'tiny', 'small', 'base' (or 't', 's', 'b'), or a
             dict with ``embed_dims``, ``depths`` and ``num_heads`` (one per
             stage). Default: 'tiny'.
-        attn_cfgs (dict | list, optional): The attention of every stage (a
-            dict), of each stage or of each block (lists), None for
+        attn_cfgs (dict | list | callable, optional): The attention of
+            every stage (a dict), of each stage or of each block (lists), or
+            a family's plan ``plan(arch, grids)``; None for
             L2ViT's (``L2VIT_LOCAL`` in even blocks, ``L2VIT_GLOBAL`` in odd
             ones); the blocks keep L2ViT's CPE and LCM around any.
             Default: None.
@@ -344,8 +232,9 @@ class L2ViT(StagedBackbone):
         **kwargs: :class:`StagedBackbone`'s ``frozen_stages``,
             ``norm_eval`` (here the BatchNorms of the stem and the LCMs),
             ``with_cp`` (the LCM's BatchNorm statistics then update twice
-            per step), ``pretrained`` and ``init_cfg`` (official files
-            load too: ``state_dict_key=None | 'model' | 'model_ema'``).
+            per step), ``convert_weights``, ``pretrained`` and ``init_cfg``
+            (official files load too: ``state_dict_key=None | 'model' |
+            'model_ema'``).
 
     Example:
         >>> import torch
@@ -372,7 +261,7 @@ class L2ViT(StagedBackbone):
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
-                 attn_cfgs: Optional[Union[dict, Sequence]] = None,
+                 attn_cfgs=None,
                  pretrain_img_size: Union[int, Tuple[int, int]] = 224,
                  in_channels: int = 3,
                  window_size: int = 7,
@@ -385,7 +274,7 @@ class L2ViT(StagedBackbone):
                  norm_cfg: dict = dict(type='LN'),
                  conv_norm_cfg: dict = dict(type='BN'),
                  **kwargs):
-        arch = self.parse_arch(arch)
+        arch = self.resolve_arch(arch)
         super().__init__(len(arch['depths']), out_indices, **kwargs)
         embed_dims, depths = arch['embed_dims'], arch['depths']
         num_stages = self.num_stages
@@ -399,32 +288,28 @@ class L2ViT(StagedBackbone):
                 return dict(L2VIT_GLOBAL, denominator_min=denominator_min)
             return dict(L2VIT_LOCAL, window_size=window_size)
 
-        cfgs = resolve_attn_cfgs(attn_cfgs, depths, default)
-        rates = linear_drop_path_rates(drop_path_rate, sum(depths))
-        grid = to_2tuple_int(pretrain_img_size)
+        grids = [grid_after_stride(to_2tuple_int(pretrain_img_size), 4)]
+        for _ in range(num_stages - 1):
+            grids.append(grid_after_stride(grids[-1], 2))
+        cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, depths, grids,
+                                      default)
+        self.patch_embed = ConvStem(in_channels, embed_dims[0], conv_norm_cfg,
+                                    norm_cfg=norm_cfg)
         for i, depth in enumerate(depths):
-            grid = grid_after_stride(grid, 4 if i == 0 else 2)
-            if i == 0:
-                patch_embed = ConvStem(in_channels, embed_dims[0],
-                                       conv_norm_cfg, norm_cfg=norm_cfg)
-            else:
-                patch_embed = ConvDownsample(embed_dims[i - 1],
-                                             embed_dims[i], norm_cfg)
-            blocks = ModuleList()
-            for j in range(depth):
-                cfg = cfgs[i][j]
-                blocks.append(L2ViTBlock(
-                    embed_dims[i],
-                    build_attention(cfg, context=dict(grid_size=grid),
-                                    embed_dims=embed_dims[i],
-                                    num_heads=arch['num_heads'][i],
-                                    qkv_bias=qkv_bias),
-                    local_window=j % 2 == 0,
-                    mlp_ratio=mlp_ratio,
-                    drop_path=rates[sum(depths[:i]) + j],
-                    lcm_kernel_size=lcm_kernel_size,
-                    norm_cfg=norm_cfg))
-            self.stages.append(Stage(blocks, patch_embed=patch_embed))
+            blocks = self.build_blocks(
+                i, cfgs[i],
+                lambda j, attn, drop_path, i=i: L2ViTBlock(
+                    embed_dims[i], attn, local_window=j % 2 == 0,
+                    mlp_ratio=mlp_ratio, drop_path=drop_path,
+                    lcm_kernel_size=lcm_kernel_size, norm_cfg=norm_cfg),
+                drop_path_rate, sum(depths),
+                context=dict(grid_size=grids[i]),
+                embed_dims=embed_dims[i], num_heads=arch['num_heads'][i],
+                qkv_bias=qkv_bias)
+            self.stages.append(Stage(
+                blocks,
+                patch_embed=None if i == 0 else ConvDownsample(
+                    embed_dims[i - 1], embed_dims[i], norm_cfg)))
         self.add_output_norms(embed_dims,
                               lambda c: build_norm_layer(norm_cfg, c)[1])
         self.apply(self._init_weights)
@@ -438,68 +323,72 @@ class L2ViT(StagedBackbone):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    @classmethod
-    def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:
-        """Official L2ViT keys -> ours; other layouts pass through.
+    # ----------------------------------------------------------- weights
+    def convert_official(self, state_dict: StateDict) -> StateDict:
+        """See :func:`convert_official_l2vit`."""
+        return convert_official_l2vit(state_dict, self.block_attention)
 
-        Renamed: ``downsample_layers.{i}`` -> ``stages.{i}.patch_embed``
-        (the stem's ``proj.proj.{0,1,3,4}`` -> ``conv1, norm1, conv2,
-        norm2``); ``stages.{i}.{j}`` -> ``stages.{i}.blocks.{j}`` (the LWA
-        blocks' attention under ``attn.w_msa``, see
-        :meth:`WindowedAttention.migrate_keys`); ``mlp.fc1`` / ``mlp.fc2``
-        -> mmcv FFN's ``ffn.layers.0.0`` / ``ffn.layers.1``; the LCM's
-        ``local_mp.bn`` -> ``local_mp.norm`` (so one ``'norm'`` rule covers
-        every norm in optimizer configs); the classifier's final ``norm`` ->
-        ``norm{last stage}``. ``head.*`` is left for the classifier.
-        """
-        if not any('.mlp.fc1.' in k or '.proj.proj.' in k
-                   for k in state_dict):
-            return state_dict
-        num_stages = 1 + max(
-            (int(k.split('.')[1])
-             for k in state_dict if re.match(r'stages\.\d+\.', k)),
-            default=3)
-        lga_blocks = {
-            m.group(1)
-            for m in (re.match(r'(stages\.\d+\.\d+)\.local_mp\.', k)
-                      for k in state_dict) if m
-        }
-        converted = OrderedDict()
-        for key, value in state_dict.items():
-            for pattern, replacement in _OFFICIAL_RENAMES:
-                key = re.sub(pattern, replacement, key)
-            m = re.match(r'(stages\.(\d+)\.(\d+))\.(.+)', key)
-            if m:
-                name = m.group(4)
-                if m.group(1) not in lga_blocks and name.startswith('attn.'):
-                    name = 'attn.w_msa.' + name[len('attn.'):]
-                key = f'stages.{m.group(2)}.blocks.{m.group(3)}.{name}'
-            if key.startswith('norm.'):
-                key = f'norm{num_stages - 1}.' + key[len('norm.'):]
-            converted[key] = value
-        return converted
-
-    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
-        """0.2's layout (``downsample_layers.{i}``, ``stages.{i}.{j}``) ->
-        ``stages.{i}.patch_embed``, ``stages.{i}.blocks.{j}``."""
-        p = re.escape(prefix)
-        for key in [k for k in state_dict if k.startswith(prefix)]:
-            new = re.sub(rf'^{p}downsample_layers\.(\d+)\.',
-                         rf'{prefix}stages.\1.patch_embed.', key)
-            new = re.sub(rf'^{p}stages\.(\d+)\.(\d+)\.',
-                         rf'{prefix}stages.\1.blocks.\2.', new)
-            if new != key:
-                state_dict[new] = state_dict.pop(key)
+    def migrate_layout(self, state_dict: StateDict) -> StateDict:
+        """0.3's first-stage patch embedding (``stages.0.patch_embed``) ->
+        the stem ``patch_embed``."""
+        return migrate_stem(state_dict)
 
 
 #: Official name patterns -> ours (applied to every key, in order).
 _OFFICIAL_RENAMES = (
-    (r'^downsample_layers\.0\.proj\.proj\.0\.', 'stages.0.patch_embed.conv1.'),
-    (r'^downsample_layers\.0\.proj\.proj\.1\.', 'stages.0.patch_embed.norm1.'),
-    (r'^downsample_layers\.0\.proj\.proj\.3\.', 'stages.0.patch_embed.conv2.'),
-    (r'^downsample_layers\.0\.proj\.proj\.4\.', 'stages.0.patch_embed.norm2.'),
+    (r'^downsample_layers\.0\.proj\.proj\.0\.', 'patch_embed.conv1.'),
+    (r'^downsample_layers\.0\.proj\.proj\.1\.', 'patch_embed.norm1.'),
+    (r'^downsample_layers\.0\.proj\.proj\.3\.', 'patch_embed.conv2.'),
+    (r'^downsample_layers\.0\.proj\.proj\.4\.', 'patch_embed.norm2.'),
+    (r'^downsample_layers\.0\.', 'patch_embed.'),
     (r'^downsample_layers\.(\d+)\.', r'stages.\1.patch_embed.'),
     (r'\.mlp\.fc1\.', '.ffn.layers.0.0.'),
     (r'\.mlp\.fc2\.', '.ffn.layers.1.'),
     (r'\.local_mp\.bn\.', '.local_mp.norm.'),
 )
+
+
+def convert_official_l2vit(state_dict: StateDict,
+                           block_attention) -> StateDict:
+    """Official L2ViT keys -> ours; other layouts pass through.
+
+    Renamed: the stem ``downsample_layers.0`` -> ``patch_embed``
+    (``proj.proj.{0,1,3,4}`` -> ``conv1, norm1, conv2, norm2``),
+    ``downsample_layers.{i}`` -> ``stages.{i}.patch_embed``;
+    ``stages.{i}.{j}`` -> ``stages.{i}.blocks.{j}`` (the attention's
+    tensors under ``attn.w_msa`` where the model runs it in windows: the
+    LWA blocks); ``mlp.fc1`` / ``mlp.fc2`` -> mmcv FFN's ``ffn.layers.0.0``
+    / ``ffn.layers.1``; the LCM's ``local_mp.bn`` -> ``local_mp.norm`` (so
+    one ``'norm'`` rule covers every norm in optimizer configs); the
+    classifier's final ``norm`` -> ``norm{last stage}``. ``head.*`` is left
+    for the classifier.
+
+    Args:
+        state_dict (dict): The file's tensors.
+        block_attention (callable): ``(stage, block) -> (attention name,
+            windowed)`` of the model the file is loaded into.
+    """
+    if not any('.mlp.fc1.' in k or '.proj.proj.' in k for k in state_dict):
+        return state_dict
+    num_stages = 1 + max(
+        (int(k.split('.')[1])
+         for k in state_dict if re.match(r'stages\.\d+\.', k)),
+        default=3)
+    converted = OrderedDict()
+    for key, value in state_dict.items():
+        for pattern, replacement in _OFFICIAL_RENAMES:
+            key = re.sub(pattern, replacement, key)
+        m = re.match(r'stages\.(\d+)\.(\d+)\.(.+)', key)
+        if m:
+            stage, block, name = int(m.group(1)), int(m.group(2)), m.group(3)
+            try:
+                windowed = block_attention(stage, block)[1]
+            except IndexError:  # a block the model lacks: left unexpected
+                windowed = False
+            if windowed and name.startswith('attn.'):
+                name = 'attn.w_msa.' + name[len('attn.'):]
+            key = f'stages.{stage}.blocks.{block}.{name}'
+        if key.startswith('norm.'):
+            key = f'norm{num_stages - 1}.' + key[len('norm.'):]
+        converted[key] = value
+    return converted

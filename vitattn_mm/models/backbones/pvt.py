@@ -1,11 +1,11 @@
-"""One PVT / PVTv2 skeleton for every attention, and PVT's spatial-reduction
-attention.
+"""One PVT / PVTv2 skeleton for every attention.
 
 :class:`AttnPVT` and :class:`AttnPVTv2` are mmdet's
 ``PyramidVisionTransformer`` and ``PyramidVisionTransformerV2`` (same
 keywords and defaults, same results; their state dicts load) whose
 attention is chosen per stage or per block: by default PVT's
-:class:`SpatialReductionAttention`, or any registered attention.
+:class:`~vitattn_mm.models.attentions.SpatialReductionAttention`, or any
+registered attention.
 """
 import math
 import re
@@ -14,166 +14,18 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
-from mmdet.models.layers import nchw_to_nlc, nlc_to_nchw
-from mmengine.model import ModuleList
 
-from ...registry import ATTENTIONS, register_model
-from ..layers import (QueryAttention, ResizablePosEmbed, Stage, StagedBackbone,
-                      StateDict, TokenAttention, TransformerBlock,
-                      attention_class, build_attention, check_heads,
-                      check_type, init_linear_and_norm, linear_drop_path_rates,
-                      merge_heads, migrate_conv1x1_ffn, padded_size, pass_on,
-                      resolve_attn_cfgs, softmax_attention, split_heads,
-                      to_2tuple_int, window_mask_bias)
+from ...registry import register_model
+from ..layers.blocks import TransformerBlock
+from ..layers.common import check_type
 from ..layers.padding import CornerPatchEmbed
-
-
-class SpatialReduction(TokenAttention):
-    """What PVT-style attentions share: keys and / or values from the map
-    reduced by a strided ``sr_ratio`` conv (``sr``) and a norm (``norm``),
-    and the output projection ``proj``.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        sr_ratio (int): Spatial reduction. Default: 1.
-        sr_padding (int | str): 0: the reduction drops a partial patch at
-            the bottom / right (PVT, mmdet); 'corner': it pads one (the
-            reduced grid is ``ceil(H / sr) x ceil(W / sr)``, as LaViT
-            needs). Default: 0.
-        norm_cfg (dict): Norm after the reduction. Default:
-            ``dict(type='LN')``.
-        proj_drop (float): Dropout after ``proj``. Default: 0.
-        init_cfg (dict, optional): Initialisation config. Default: None.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 sr_ratio: int = 1,
-                 sr_padding: Union[int, str] = 0,
-                 norm_cfg: dict = dict(type='LN'),
-                 proj_drop: float = 0.,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        self.head_dims = check_heads(embed_dims, num_heads)
-        if sr_padding not in (0, 'corner'):
-            raise ValueError(f"sr_padding must be 0 or 'corner', got "
-                             f'{sr_padding!r}')
-        self.embed_dims = embed_dims
-        self.num_heads = num_heads
-        self.sr_ratio = sr_ratio
-        self.sr_padding = sr_padding
-        self.grid_free = sr_ratio == 1
-        if sr_ratio > 1:
-            self.sr = nn.Conv2d(embed_dims, embed_dims, sr_ratio, sr_ratio)
-            self.norm = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.proj = nn.Linear(embed_dims, embed_dims)
-        self.proj_drop = nn.Dropout(proj_drop)
-
-    def reduce(self, x: torch.Tensor, hw_shape: Tuple[int, int]):
-        """The tokens keys / values come from, and their grid."""
-        if self.sr_ratio == 1:
-            return x, tuple(hw_shape)
-        x = nlc_to_nchw(x, hw_shape)
-        if self.sr_padding == 'corner':
-            H, W = x.shape[-2:]
-            x = F.pad(x, (0, padded_size(W, self.sr_ratio) - W, 0,
-                          padded_size(H, self.sr_ratio) - H))
-        x = self.sr(x)
-        return self.norm(nchw_to_nlc(x)), tuple(x.shape[-2:])
-
-    def output(self, out: torch.Tensor) -> torch.Tensor:
-        """Merge the heads of ``(B, heads, N, d)``, project."""
-        return self.proj_drop(self.proj(merge_heads(out)))
-
-    def extra_repr(self) -> str:
-        return (f'embed_dims={self.embed_dims}, num_heads={self.num_heads}, '
-                f'sr_ratio={self.sr_ratio}')
-
-
-@ATTENTIONS.register_module()
-class SpatialReductionAttention(SpatialReduction):
-    """PVT's attention: softmax attention whose keys and values come from
-    the map reduced by a strided ``sr_ratio`` conv and a norm.
-
-    The parameters of the official PVT and of mmdet's (``q``, ``kv``,
-    ``proj``, ``sr``, ``norm``; mmdet's fused ``attn.in_proj`` /
-    ``out_proj`` load through :meth:`migrate_keys`), and mmdet's result.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        sr_ratio (int): Spatial reduction of keys and values. Default: 1.
-        qkv_bias (bool): Bias in ``q`` and ``kv``. Default: True.
-        qk_scale (float, optional): Overrides ``head_dims ** -0.5``.
-            Default: None.
-        attn_drop (float): Dropout of the attention weights. Default: 0.
-        **kwargs: :class:`SpatialReduction` arguments (``sr_padding``,
-            ``norm_cfg``, ``proj_drop``).
-    """
-    takes_mask = True
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 sr_ratio: int = 1,
-                 qkv_bias: bool = True,
-                 qk_scale: Optional[float] = None,
-                 attn_drop: float = 0.,
-                 **kwargs):
-        super().__init__(embed_dims, num_heads, sr_ratio, **kwargs)
-        self.scale = qk_scale or self.head_dims**-0.5
-        self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
-        self.kv = nn.Linear(embed_dims, embed_dims * 2, bias=qkv_bias)
-        self.attn_drop = attn_drop
-
-    def project(self, x: torch.Tensor, hw_shape: Tuple[int, int]):
-        """Heads of q, k, v and the key grid."""
-        kv_tokens, kv_hw = self.reduce(x, hw_shape)
-        k, v = self.kv(kv_tokens).chunk(2, dim=-1)
-        return (split_heads(self.q(x), self.num_heads),
-                split_heads(k, self.num_heads),
-                split_heads(v, self.num_heads), kv_hw)
-
-    def forward(self,
-                x: torch.Tensor,
-                hw_shape: Tuple[int, int],
-                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``(B, H*W, C)`` tokens -> same shape; ``mask``: Swin's shift mask
-        (in windows, ``sr_ratio=1`` only)."""
-        q, k, v, _ = self.project(x, hw_shape)
-        bias, q, k, v = window_mask_bias(mask, None, q, k, v)
-        out = softmax_attention(
-            q, k, v, bias, self.scale,
-            dropout_p=self.attn_drop if self.training else 0.)
-        return self.output(out.flatten(0, 1) if mask is not None else out)
-
-    @torch.no_grad()
-    def query_attention(self, x: torch.Tensor, hw_shape: Tuple[int, int],
-                        index: int) -> QueryAttention:
-        """Softmax weights of query ``index`` over the reduced keys."""
-        q, k, _, kv_hw = (t[0] if torch.is_tensor(t) else t
-                          for t in self.project(x[:1], hw_shape))
-        logits = (q[:, index:index + 1] * self.scale) @ k.transpose(-2, -1)
-        return QueryAttention(logits[:, 0].softmax(-1), kv_hw, q[:, index],
-                              k, self.scale)
-
-    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
-        """mmdet's fused projections (``attn.in_proj_*``, ``attn.out_proj``)
-        -> ``q``, ``kv``, ``proj``."""
-        for part in ('weight', 'bias'):
-            fused = state_dict.pop(f'{prefix}attn.in_proj_{part}', None)
-            if fused is not None:
-                q, kv = fused.split([self.embed_dims, 2 * self.embed_dims])
-                state_dict[f'{prefix}q.{part}'] = q
-                state_dict[f'{prefix}kv.{part}'] = kv
-            out = state_dict.pop(f'{prefix}attn.out_proj.{part}', None)
-            if out is not None:
-                state_dict[f'{prefix}proj.{part}'] = out
-
+from ..layers.pos_embed import ResizablePosEmbed
+from ..layers.stage import Stage, init_linear_and_norm
+from ..layers.windows import to_2tuple_int
+from ..loading import StateDict
+from .base_backbone import StagedBackbone
+from .checkpoint_loading import BLOCK_CONVERTERS
 
 #: Heads and MLP ratios shared by every PVT / PVTv2 variant; widths of all
 #: but PVTv2-b0.
@@ -192,7 +44,8 @@ class AttnPVT(StagedBackbone):
     (PVT-Small with its spatial-reduction attention) and its results.
     Each stage: a patch embedding, a learned position embedding resized to
     the running grid, the blocks, and (``norm_after_stage``) a norm closing
-    the stage (``stages.{i}.norm``). Added: any attention (``attn_cfgs``),
+    the stage (``stages.{i}.norm``); the first stage's patch embedding is
+    the stem (``patch_embed``). Added: any attention (``attn_cfgs``),
     output norms ``norm{i}`` (``out_norm``), ``frozen_stages``,
     ``norm_eval`` and ``with_cp``.
 
@@ -201,9 +54,10 @@ class AttnPVT(StagedBackbone):
             'm', 'l'), or a dict with ``embed_dims`` (one per stage),
             ``depths``, ``num_heads`` and ``mlp_ratios``. mmdet's keywords
             below override it. Default: 'small'.
-        attn_cfgs (dict | list, optional): The attention of every stage (a
-            dict), of each stage (a list; None is PVT's) or of each block
-            (a list in the list); the skeleton adds ``embed_dims``,
+        attn_cfgs (dict | list | callable, optional): The attention of
+            every stage (a dict), of each stage (a list; None is PVT's) or of
+            each block (a list in the list), or a family's plan ``plan(arch,
+            grids)``; the skeleton adds ``embed_dims``,
             ``num_heads``, ``qkv_bias``, the stage's pretraining grid
             ``grid_size`` and ``sr_ratio`` to the attentions that take them
             (a ``sr_ratio > 1`` one cannot take raises). Default: None.
@@ -246,10 +100,9 @@ class AttnPVT(StagedBackbone):
             Default: None (``norm_cfg``, as mmdet).
         out_norm (bool): A norm on every output (``norm{i}``).
             Default: False.
-        convert_weights (bool): mmdet's switch for official PVT files;
-            accepted, official layouts are always converted. Default: True.
         **kwargs: :class:`StagedBackbone`'s ``frozen_stages``,
-            ``norm_eval``, ``with_cp``, ``pretrained`` and ``init_cfg``.
+            ``norm_eval``, ``with_cp``, ``convert_weights`` (mmdet's switch
+            for official PVT files), ``pretrained`` and ``init_cfg``.
     """
     arch_zoo = {
         ('t', 'tiny'): dict(depths=[2, 2, 2, 2], **PVT_WIDTHS),
@@ -258,10 +111,11 @@ class AttnPVT(StagedBackbone):
         ('l', 'large'): dict(depths=[3, 8, 27, 3], **PVT_WIDTHS),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
+    arch_aliases = {'num_layers': 'depths'}
 
     def __init__(self,
                  arch: Union[str, dict] = 'small',
-                 attn_cfgs: Optional[Union[dict, Sequence]] = None,
+                 attn_cfgs=None,
                  pretrain_img_size: Union[int, Tuple[int, int]] = 224,
                  in_channels: int = 3,
                  embed_dims: Optional[Union[int, Sequence[int]]] = None,
@@ -285,10 +139,10 @@ class AttnPVT(StagedBackbone):
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  patch_norm_cfg: Optional[dict] = None,
                  out_norm: bool = False,
-                 convert_weights: bool = True,
                  **kwargs):
-        arch = self.resolve_arch(arch, embed_dims, num_layers, num_heads,
-                                 mlp_ratios)
+        arch = self.resolve_arch(arch, embed_dims=embed_dims,
+                                 num_layers=num_layers, num_heads=num_heads,
+                                 mlp_ratios=mlp_ratios)
         depths = arch['depths']
         if num_stages != len(depths):
             raise ValueError(f'num_stages={num_stages} but the arch has '
@@ -304,6 +158,10 @@ class AttnPVT(StagedBackbone):
                             ('use_conv_ffn', use_conv_ffn),
                             ('out_norm', out_norm), ('qkv_bias', qkv_bias)):
             check_type(name, value, bool)
+        if out_norm and norm_after_stage:
+            raise ValueError(f'{type(self).__name__} normalises every stage '
+                             'on its main path (norm_after_stage); '
+                             'out_norm=True would add a second norm')
         super().__init__(num_stages, out_indices, **kwargs)
         embed_dims = arch['embed_dims']
         self.embed_dims = embed_dims
@@ -312,11 +170,16 @@ class AttnPVT(StagedBackbone):
         self.sr_ratios = tuple(sr_ratios)
         self.min_input_size = math.prod(strides)
         self.drop_after_pos = nn.Dropout(drop_rate)
-        default = dict(type='SpatialReductionAttention', norm_cfg=norm_cfg)
-        cfgs = resolve_attn_cfgs(attn_cfgs, depths, default)
 
-        grid = to_2tuple_int(pretrain_img_size)
-        rates = linear_drop_path_rates(drop_path_rate, sum(depths))
+        grids, grid = [], to_2tuple_int(pretrain_img_size)
+        for k, s, p in zip(patch_sizes, strides, paddings):
+            # mmdet pads nothing and drops partial patches; 'corner' pads.
+            grid = tuple((g + 2 * p - k) // s + 1 if isinstance(p, int) else
+                         (g + s - 1) // s for g in grid)
+            grids.append(grid)
+        cfgs = self.resolve_attn_cfgs(
+            attn_cfgs, arch, depths, grids,
+            dict(type='SpatialReductionAttention', norm_cfg=norm_cfg))
         for i, depth in enumerate(depths):
             patch_embed = CornerPatchEmbed(
                 in_channels=in_channels if i == 0 else embed_dims[i - 1],
@@ -326,63 +189,43 @@ class AttnPVT(StagedBackbone):
                 stride=strides[i],
                 padding=paddings[i],
                 norm_cfg=patch_norm_cfg or norm_cfg)
-            grid = tuple(
-                (s + 2 * p - k) // strides[i] + 1 if isinstance(p, int) else
-                (s + strides[i] - 1) // strides[i]
-                for s, p, k in zip(grid, [paddings[i]] * 2,
-                                   [patch_sizes[i]] * 2))
-            blocks = ModuleList()
-            for j in range(depth):
-                cfg = cfgs[i][j]
-                pass_on(cfg, attention_class(cfg['type']),
-                        attn_drop=attn_drop_rate, proj_drop=drop_rate,
-                        **(dict(sr_ratio=sr_ratios[i])
-                           if sr_ratios[i] > 1 else {}))
-                blocks.append(TransformerBlock(
-                    embed_dims[i],
-                    build_attention(
-                        cfg, context=dict(grid_size=grid),
-                        embed_dims=embed_dims[i],
-                        num_heads=arch['num_heads'][i], qkv_bias=qkv_bias),
-                    ffn_ratio=arch['mlp_ratios'][i],
-                    use_conv_ffn=use_conv_ffn,
-                    drop_path=rates[sum(depths[:i]) + j],
-                    ffn_drop=drop_rate,
-                    act_cfg=act_cfg,
-                    norm_cfg=norm_cfg))
+            if i == 0:
+                self.patch_embed, patch_embed = patch_embed, None
+            blocks = self.build_blocks(
+                i, cfgs[i],
+                lambda j, attn, drop_path, i=i: TransformerBlock(
+                    embed_dims[i], attn, ffn_ratio=arch['mlp_ratios'][i],
+                    use_conv_ffn=use_conv_ffn, drop_path=drop_path,
+                    ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg),
+                drop_path_rate, sum(depths),
+                context=dict(grid_size=grids[i]),
+                # A reduction an attention cannot take raises; none is
+                # only given to those that take it.
+                settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate,
+                              **(dict(sr_ratio=sr_ratios[i])
+                                 if sr_ratios[i] > 1 else {})),
+                embed_dims=embed_dims[i], num_heads=arch['num_heads'][i],
+                qkv_bias=qkv_bias)
             self.stages.append(Stage(
                 blocks,
                 patch_embed=patch_embed,
-                pos_embed=ResizablePosEmbed(embed_dims[i], grid)
+                pos_embed=ResizablePosEmbed(embed_dims[i], grids[i])
                 if use_abs_pos_embed else None,
                 norm=build_norm_layer(norm_cfg, embed_dims[i])[1]
                 if norm_after_stage else None))
         if out_norm:
-            if norm_after_stage:
-                raise ValueError(f'{type(self).__name__} normalises every '
-                                 'stage on its main path (norm_after_stage)'
-                                 '; out_norm=True would add a second norm')
             self.add_output_norms(
                 embed_dims, lambda c: build_norm_layer(norm_cfg, c)[1])
         self.apply(self._init_weights)
 
     @classmethod
-    def resolve_arch(cls, arch, embed_dims=None, num_layers=None,
-                     num_heads=None, mlp_ratios=None) -> dict:
-        """The arch settings, mmdet's keywords overriding ``arch``; an int
-        ``embed_dims`` is mmdet's base width (times each stage's heads)."""
-        settings = cls.parse_arch(arch)
-        for key, value in (('depths', num_layers), ('num_heads', num_heads),
-                           ('mlp_ratios', mlp_ratios)):
-            if value is not None:
-                settings[key] = list(value)
-        if embed_dims is not None:
-            settings['embed_dims'] = embed_dims
+    def normalize_arch(cls, settings: dict) -> dict:
+        """An int ``embed_dims`` is mmdet's base width (times each stage's
+        heads)."""
         if not isinstance(settings['embed_dims'], (list, tuple)):
             settings['embed_dims'] = [settings['embed_dims'] * h
                                       for h in settings['num_heads']]
         settings['embed_dims'] = list(settings['embed_dims'])
-        cls.check_per_stage(settings)
         return settings
 
     @staticmethod
@@ -390,44 +233,55 @@ class AttnPVT(StagedBackbone):
         init_linear_and_norm(module)
 
     # ----------------------------------------------------------- weights
-    @classmethod
-    def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:
+    def convert_official(self, state_dict: StateDict) -> StateDict:
         """See :func:`convert_official_pvt`."""
-        return convert_official_pvt(state_dict)
+        return convert_official_pvt(state_dict, self.block_attention)
 
-    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
-        """mmdet's layout and our earlier versions' -> ours.
+    def migrate_layout(self, state_dict: StateDict) -> StateDict:
+        """mmdet's layout and 0.3's -> ours.
 
-        mmdet: ``layers.{i}.0`` -> ``stages.{i}.patch_embed``,
-        ``layers.{i}.1.0.pos_embed`` -> ``stages.{i}.pos_embed.weight``,
-        ``layers.{i}.1.{j+1}`` (``j`` with position embeddings) ->
-        ``stages.{i}.blocks.{j}``, ``layers.{i}.2`` -> ``stages.{i}.norm``
-        (the attentions' fused projections are split by
-        :meth:`SpatialReductionAttention.migrate_keys`). PVT-v1 output
-        norms of 0.2 (``stages.{i}.norm``) -> ``norm{i}``; FFNs written as
-        1x1 convs -> mmcv's Linear FFN.
+        mmdet: ``layers.{i}.0`` -> the stage's patch embedding (the stem
+        ``patch_embed`` for the first), ``layers.{i}.1.0.pos_embed`` ->
+        ``stages.{i}.pos_embed.weight``, ``layers.{i}.1.{j+1}`` (``j`` with
+        position embeddings) -> ``stages.{i}.blocks.{j}``, ``layers.{i}.2``
+        -> ``stages.{i}.norm``; the attentions' fused projections
+        (``attn.attn.in_proj_*``, ``attn.attn.out_proj``) split into ``q``,
+        ``kv`` and ``proj``; PVT's FFN written as 1x1 convs
+        (``ffn.layers.{0,3}``, 4-D) -> mmcv's Linear FFN. 0.3: the first
+        stage's patch embedding ``stages.0.patch_embed`` -> ``patch_embed``.
         """
-        p = re.escape(prefix)
-        offset = int(any(
-            re.match(rf'{p}layers\.\d+\.1\.0\.pos_embed$', k)
-            for k in state_dict))
-        for key in [k for k in state_dict if k.startswith(prefix)]:
-            new = re.sub(rf'^{p}layers\.(\d+)\.0\.',
-                         rf'{prefix}stages.\1.patch_embed.', key)
-            new = re.sub(rf'^{p}layers\.(\d+)\.1\.0\.pos_embed$',
-                         rf'{prefix}stages.\1.pos_embed.weight', new)
-            new = re.sub(
-                rf'^{p}layers\.(\d+)\.1\.(\d+)\.', lambda m:
-                f'{prefix}stages.{m.group(1)}.blocks.'
-                f'{int(m.group(2)) - offset}.', new)
-            new = re.sub(rf'^{p}layers\.(\d+)\.2\.',
-                         rf'{prefix}stages.\1.norm.', new)
-            if not self.norm_after_stage:
-                new = re.sub(rf'^{p}stages\.(\d+)\.norm\.',
-                             rf'{prefix}norm\1.', new)
-            if new != key:
-                state_dict[new] = state_dict.pop(key)
-        migrate_conv1x1_ffn(state_dict, prefix)
+        offset = int(any(re.match(r'layers\.\d+\.1\.0\.pos_embed$', k)
+                         for k in state_dict))
+        conv_ffn = any('.ffn.layers.4.' in k for k in state_dict)
+        migrated = OrderedDict()
+        for key, value in state_dict.items():
+            key = re.sub(r'^layers\.(\d+)\.0\.', r'stages.\1.patch_embed.',
+                         key)
+            key = re.sub(r'^layers\.(\d+)\.1\.0\.pos_embed$',
+                         r'stages.\1.pos_embed.weight', key)
+            key = re.sub(
+                r'^layers\.(\d+)\.1\.(\d+)\.', lambda m:
+                f'stages.{m.group(1)}.blocks.{int(m.group(2)) - offset}.',
+                key)
+            key = re.sub(r'^layers\.(\d+)\.2\.', r'stages.\1.norm.', key)
+            key = re.sub(r'^stages\.0\.patch_embed\.', 'patch_embed.', key)
+            m = re.match(r'(.+\.attn\.)attn\.(in_proj_|out_proj\.)'
+                         r'(weight|bias)$', key)
+            if m and m.group(2) == 'in_proj_':
+                q, kv = value.split([value.shape[0] // 3,
+                                     value.shape[0] // 3 * 2])
+                migrated[f'{m.group(1)}q.{m.group(3)}'] = q
+                migrated[f'{m.group(1)}kv.{m.group(3)}'] = kv
+                continue
+            if m:
+                key = f'{m.group(1)}proj.{m.group(3)}'
+            m = re.match(r'(.+\.ffn\.layers\.)([03])\.(weight|bias)$', key)
+            if m and not conv_ffn:  # two 1x1 convs: mmcv's Linear FFN
+                layer = '0.0' if m.group(2) == '0' else '1'
+                key = f'{m.group(1)}{layer}.{m.group(3)}'
+                value = value.flatten(1) if value.dim() == 4 else value
+            migrated[key] = value
+        return migrated
 
 
 @register_model
@@ -480,27 +334,28 @@ class AttnPVTv2(AttnPVT):
 
 
 def convert_official_pvt(state_dict: StateDict,
-                         convert_block=None) -> StateDict:
+                         block_attention) -> StateDict:
     """Official PVT / PVTv2 keys (whai362/PVT, FLatten-PVT) -> ours; other
     layouts pass through.
 
-    ``patch_embed{i}`` -> ``stages.{i-1}.patch_embed`` (``proj`` ->
-    ``projection``), ``pos_embed{i}`` -> ``stages.{i-1}.pos_embed.weight``
-    (PVT-v1's class-token row dropped), ``block{i}.{j}`` ->
-    ``stages.{i-1}.blocks.{j}`` (the MLP as mmcv's FFN, or PVTv2's as
-    mmdet's MixFFN), PVTv2's ``norm{i}`` -> ``stages.{i-1}.norm``. PVT's
-    final ``norm`` (applied only to the class token, which is dropped) and
-    ``cls_token`` are dropped; ``head.*`` is left for the classifier.
+    ``patch_embed1`` -> the stem ``patch_embed``, ``patch_embed{i}`` ->
+    ``stages.{i-1}.patch_embed`` (``proj`` -> ``projection``),
+    ``pos_embed{i}`` -> ``stages.{i-1}.pos_embed.weight`` (PVT-v1's
+    class-token row dropped), ``block{i}.{j}`` -> ``stages.{i-1}.blocks.{j}``
+    (the MLP as mmcv's FFN, or PVTv2's as :class:`ConvFFN`; the attention's
+    tensors through the converter a family registered for the model's
+    attention of that block, e.g. FLatten's), PVTv2's ``norm{i}`` ->
+    ``stages.{i-1}.norm``. PVT's final ``norm`` (applied only to the class
+    token, which is dropped) and ``cls_token`` are dropped; ``head.*`` is
+    left for the classifier.
 
     Args:
         state_dict (dict): The file's tensors.
-        convert_block (callable, optional): ``(prefix, name, value,
-            conv_ffn) -> our tensors`` for one block tensor. Default: PVT's
-            (:func:`convert_pvt_block`).
+        block_attention (callable): ``(stage, block) -> (attention name,
+            windowed)`` of the model the file is loaded into.
     """
     if not any(re.match(r'block\d+\.', k) for k in state_dict):
         return state_dict
-    convert_block = convert_block or convert_pvt_block
     conv_ffn = any('.mlp.dwconv.' in k for k in state_dict)
     converted = OrderedDict()
     for key, value in state_dict.items():
@@ -508,13 +363,19 @@ def convert_official_pvt(state_dict: StateDict,
             continue
         m = re.match(r'block(\d+)\.(\d+)\.(.+)', key)
         if m:
-            prefix = f'stages.{int(m.group(1)) - 1}.blocks.{m.group(2)}.'
-            converted.update(convert_block(prefix, m.group(3), value,
-                                           conv_ffn))
+            stage, block = int(m.group(1)) - 1, int(m.group(2))
+            prefix = f'stages.{stage}.blocks.{block}.'
+            try:
+                attention = block_attention(stage, block)[0]
+            except IndexError:  # a block the model lacks: left unexpected
+                attention = 'SpatialReductionAttention'
+            convert = BLOCK_CONVERTERS.get(('pvt', attention),
+                                           convert_pvt_block)
+            converted.update(convert(prefix, m.group(3), value, conv_ffn))
             continue
         m = re.match(r'(patch_embed|pos_embed|norm)(\d+)(.*)', key)
         if m:
-            part, rest = m.group(1), m.group(3)
+            part, stage, rest = m.group(1), int(m.group(2)) - 1, m.group(3)
             if part == 'patch_embed':
                 rest = rest.replace('.proj.', '.projection.')
             elif part == 'pos_embed':
@@ -522,7 +383,9 @@ def convert_official_pvt(state_dict: StateDict,
                 side = math.isqrt(value.shape[1] - 1)
                 if side * side == value.shape[1] - 1:  # a class-token row
                     value = value[:, 1:]
-            key = f'stages.{int(m.group(2)) - 1}.{part}{rest}'
+            key = f'stages.{stage}.{part}{rest}'
+            if part == 'patch_embed' and stage == 0:
+                key = f'patch_embed{rest}'
         converted[key] = value
     return converted
 
@@ -532,7 +395,7 @@ def convert_pvt_block(prefix: str, name: str, value: torch.Tensor,
     """One official PVT-block tensor -> ours (``prefix`` + our name): the
     attention keeps its names; the MLP becomes mmcv's ``FFN``
     (``ffn.layers.0.0``, ``ffn.layers.1``), or with PVTv2's depthwise conv
-    (``conv_ffn``) mmdet's ``MixFFN``: 1x1 convs ``ffn.layers.{0,4}`` around
+    (``conv_ffn``) :class:`ConvFFN`: 1x1 convs ``ffn.layers.{0,4}`` around
     ``ffn.layers.1``."""
     m = re.match(r'mlp\.(fc1|fc2|dwconv\.dwconv)\.(weight|bias)', name)
     if m:

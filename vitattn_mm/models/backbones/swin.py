@@ -1,121 +1,34 @@
-"""One Swin skeleton for every attention, and Swin's window attention.
+"""One Swin skeleton for every attention.
 
 :class:`AttnSwinTransformer` is the Swin Transformer of mmdet, mmseg and
 mmpretrain (same keywords, same weight names, same results) whose
 attention is chosen per stage or per block: by default Swin's
-:class:`WindowMSA` in shifted windows (:class:`WindowedAttention`), or any
+:class:`~vitattn_mm.models.attentions.WindowMSA` in shifted windows
+(:class:`~vitattn_mm.models.attentions.WindowedAttention`), or any
 registered attention, in windows or over the whole map.
 """
 import re
 from collections import OrderedDict
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
-from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
 
-from ...registry import ATTENTIONS, register_model
-from ..layers import (QueryAttention, Stage, StagedBackbone, StateDict,
-                      TokenAttention,
-                      TransformerBlock, WindowedAttention, attention_class,
-                      build_attention, check_heads, check_type,
-                      gather_relative_position_bias, grid_after_stride,
-                      init_linear_and_norm, linear_drop_path_rates,
-                      migrate_conv1x1_ffn, pass_on, relative_position_index,
-                      resize_pos_embed, resolve_attn_cfgs, softmax_attention,
-                      split_heads, to_2tuple_int, window_mask_bias)
-from ..layers.padding import CornerPatchEmbed, CornerPatchMerging
-
-
-@ATTENTIONS.register_module()
-class WindowMSA(TokenAttention):
-    """Swin's window attention: ``softmax(q k^T * scale + B + mask) v`` in
-    one window, ``B`` the learned relative position bias.
-
-    mmdet's and mmpretrain's ``WindowMSA`` on the attention protocol, with
-    their parameters (``qkv``, ``proj``, ``relative_position_bias_table``
-    and the saved ``relative_position_index``) and their results. Run it
-    in windows with :class:`WindowedAttention`.
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        window_size (int | tuple[int, int]): The window it is run in.
-        qkv_bias (bool): Bias in ``qkv``. Default: True.
-        qk_scale (float, optional): Overrides ``head_dims ** -0.5``.
-            Default: None.
-        attn_drop (float): Dropout of the attention weights. Default: 0.
-        proj_drop (float): Dropout after ``proj``. Default: 0.
-        init_cfg (dict, optional): Initialisation config. Default: None.
-    """
-    takes_mask = True
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 window_size: Union[int, Tuple[int, int]],
-                 qkv_bias: bool = True,
-                 qk_scale: Optional[float] = None,
-                 attn_drop: float = 0.,
-                 proj_drop: float = 0.,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        head_dims = check_heads(embed_dims, num_heads)
-        self.embed_dims = embed_dims
-        self.num_heads = num_heads
-        self.window_size = to_2tuple_int(window_size)
-        self.scale = qk_scale or head_dims**-0.5
-        wh, ww = self.window_size
-        self.relative_position_bias_table = nn.Parameter(
-            torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
-        # Saved in checkpoints, as mmdet and mmpretrain save it.
-        self.register_buffer('relative_position_index',
-                             relative_position_index(self.window_size))
-        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
-        self.attn_drop = attn_drop
-        self.proj = nn.Linear(embed_dims, embed_dims)
-        self.proj_drop = nn.Dropout(proj_drop)
-        trunc_normal_(self.relative_position_bias_table, std=0.02)
-
-    def _qkv(self, x: torch.Tensor):
-        return (split_heads(t, self.num_heads)
-                for t in self.qkv(x).chunk(3, dim=-1))
-
-    def forward(self,
-                x: torch.Tensor,
-                hw_shape: Tuple[int, int],
-                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``(B * num_windows, wh * ww, C)`` windows -> same shape; ``mask``
-        is Swin's ``(num_windows, N, N)`` shift mask."""
-        B, N, C = x.shape
-        bias = gather_relative_position_bias(self.relative_position_bias_table,
-                                             self.relative_position_index)
-        bias, q, k, v = window_mask_bias(mask, bias, *self._qkv(x))
-        out = softmax_attention(
-            q, k, v, bias, self.scale,
-            dropout_p=self.attn_drop if self.training else 0.)
-        out = out.reshape(B, self.num_heads, N, -1).transpose(1, 2)
-        return self.proj_drop(self.proj(out.reshape(B, N, C)))
-
-    @torch.no_grad()
-    def query_attention(self, x: torch.Tensor, hw_shape: Tuple[int, int],
-                        index: int) -> QueryAttention:
-        """The softmax weights of query ``index`` over its window (the
-        relative position bias included)."""
-        q, k, _ = (t[0] for t in self._qkv(x[:1]))
-        bias = gather_relative_position_bias(self.relative_position_bias_table,
-                                             self.relative_position_index)
-        logits = (q[:, index:index + 1] * self.scale) @ k.transpose(-2, -1)
-        logits = logits[:, 0] + bias[:, index]
-        return QueryAttention(logits.softmax(-1), tuple(hw_shape),
-                              q[:, index], k, self.scale)
-
-    def extra_repr(self) -> str:
-        return (f'embed_dims={self.embed_dims}, num_heads={self.num_heads}, '
-                f'window_size={self.window_size}')
-
+from ...registry import register_model
+from ..attentions.base import attention_class
+from ..attentions.windowed import WindowedAttention
+from ..layers.blocks import TransformerBlock
+from ..layers.common import check_type
+from ..layers.padding import (CornerPatchEmbed, CornerPatchMerging,
+                              grid_after_stride)
+from ..layers.pos_embed import resize_pos_embed
+from ..layers.stage import Stage, init_linear_and_norm
+from ..layers.windows import to_2tuple_int
+from ..loading import StateDict
+from .base_backbone import StagedBackbone
+from .checkpoint_loading import BLOCK_CONVERTERS
 
 #: Swin's attention in the stages that name none.
 SWIN_ATTENTION = dict(type='WindowedAttention', window_msa='WindowMSA')
@@ -131,25 +44,30 @@ class AttnSwinTransformer(StagedBackbone):
     stages of pre-norm blocks, each but the last ended by a 2x2 patch
     merging; output ``i`` through its own norm ``norm{i}``.
 
-    Defaults that differ between the stock classes follow the running
-    config's scope: ``out_indices`` and ``pad_small_map`` are mmpretrain's
-    (``(3,)``, False) in an mmpretrain config, mmdet's (``(0, 1, 2, 3)``,
-    True) elsewhere. ``drop_rate`` means what it means in mmdet (dropout
-    after the patch embedding, in the attention projection and the FFN);
-    ``frozen_stages`` too (see :class:`StagedBackbone`).
+    Defaults that differ between the stock classes are those of the
+    package whose config builds it (see
+    :mod:`~vitattn_mm.models.backbones.packages`): mmpretrain's class
+    returns the last stage (``out_indices=(3,)``), does not pad maps
+    smaller than a window (``pad_small_map=False``) and counts
+    ``frozen_stages`` as mmpretrain's Swin (``k`` freezes the stem and
+    stages ``0..k``); mmdet's and mmseg's class, and plain Python, return
+    every stage, pad small maps and freeze the stem and ``k`` stages.
+    ``drop_rate`` means what it means in mmdet (dropout after the patch
+    embedding, in the attention projection and the FFN).
 
     Args:
         arch (str | dict): 'tiny', 'small', 'base', 'large' (or 't', 's',
             'b', 'l'), or a dict with ``embed_dims`` (int), ``depths`` and
             ``num_heads`` (one per stage). Default: 'tiny'.
-        attn_cfgs (dict | list, optional): The attention of every stage (a
-            dict), of each stage (a list; None is Swin's) or of each block
-            (a list in the list). ``dict(type='ShiftWindowMSA',
-            window_msa=NAME, **kwargs)`` (or ``'WindowedAttention'``) runs
-            the registered attention NAME in Swin's shifted windows (the
-            skeleton sets the window, the shift of odd blocks and
-            ``pad_small_map``); any other type runs over the whole map.
-            Default: None (Swin everywhere).
+        attn_cfgs (dict | list | callable, optional): The attention of
+            every stage (a dict), of each stage (a list; None is Swin's) or
+            of each block (a list in the list), or a family's plan
+            ``plan(arch, grids)`` returning one of these.
+            ``dict(type='ShiftWindowMSA', window_msa=NAME, **kwargs)`` (or
+            ``'WindowedAttention'``) runs the registered attention NAME in
+            Swin's shifted windows (the skeleton sets the window, the shift
+            of odd blocks and ``pad_small_map``); any other type runs over
+            the whole map. Default: None (Swin everywhere).
         pretrain_img_size (int | tuple[int, int]): Input size of the
             pretrained weights: sizes absolute position embeddings and the
             grid token attentions learn positional encodings on (mmdet's
@@ -168,15 +86,16 @@ class AttnSwinTransformer(StagedBackbone):
             Default: 0.
         drop_path_rate (float): Stochastic depth rate. Default: 0.1.
         out_indices (Sequence[int] | int, optional): Output stages.
-            Default: None (by scope, see above).
+            Default: None (the package's, see above).
         use_abs_pos_embed (bool): Learned absolute position embedding
-            (``absolute_pos_embed``), resized to the running grid.
+            (``absolute_pos_embed``), resized to the running grid (and, when
+            loaded from another input size, to this model's).
             Default: False.
         interpolate_mode (str): How it is resized (mmpretrain).
             Default: 'bicubic'.
         pad_small_map (bool, optional): Pad maps smaller than a window and
             shift a map of one window (dense prediction); False follows the
-            original classifiers (mmpretrain). Default: None (by scope).
+            original classifiers. Default: None (the package's).
         act_cfg (dict): FFN activation. Default: ``dict(type='GELU')``.
         norm_cfg (dict): Norm layers. Default: ``dict(type='LN')``.
         embed_dims, depths, num_heads: mmdet's names for the arch; given,
@@ -191,10 +110,9 @@ class AttnSwinTransformer(StagedBackbone):
             only an empty one (give ``attn_cfgs`` instead). Default: None.
         out_after_downsample (bool): mmpretrain's; only False.
             Default: False.
-        convert_weights (bool): mmdet's switch for official Swin files;
-            accepted, official layouts are always converted. Default: False.
         **kwargs: :class:`StagedBackbone`'s ``frozen_stages``,
-            ``norm_eval``, ``with_cp``, ``pretrained`` and ``init_cfg``.
+            ``norm_eval``, ``with_cp``, ``convert_weights`` (mmdet's switch
+            for official Swin files), ``pretrained`` and ``init_cfg``.
     """
     arch_zoo = {
         ('t', 'tiny'):
@@ -207,14 +125,18 @@ class AttnSwinTransformer(StagedBackbone):
         dict(embed_dims=192, depths=[2, 2, 18, 2], num_heads=[6, 12, 24, 48]),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
-    scope_defaults = {
+    conventions = {
         None: dict(out_indices=(0, 1, 2, 3), pad_small_map=True),
-        'mmpretrain': dict(out_indices=(3, ), pad_small_map=False),
+        # mmpretrain's Swin freezes stages 0..k and leaves the absolute
+        # position embedding trainable.
+        'mmpretrain': dict(out_indices=(3, ), pad_small_map=False,
+                           frozen_stages_offset=1,
+                           freezes_abs_pos_embed=False),
     }
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
-                 attn_cfgs: Optional[Union[dict, Sequence]] = None,
+                 attn_cfgs=None,
                  pretrain_img_size: Union[int, Tuple[int, int]] = 224,
                  in_channels: int = 3,
                  patch_size: int = 4,
@@ -240,12 +162,14 @@ class AttnSwinTransformer(StagedBackbone):
                  patch_cfg: Optional[dict] = None,
                  stage_cfgs: Optional[dict] = None,
                  out_after_downsample: bool = False,
-                 convert_weights: bool = False,
                  **kwargs):
-        arch = self.resolve_arch(arch, embed_dims, depths, num_heads)
+        arch = self.resolve_arch(arch, embed_dims=embed_dims, depths=depths,
+                                 num_heads=num_heads)
         num_stages = len(arch['depths'])
         super().__init__(
-            num_stages, self.scope_default('out_indices', out_indices), **kwargs)
+            num_stages,
+            self.default('out_indices') if out_indices is None else
+            out_indices, **kwargs)
         if strides is not None and tuple(strides) != (
                 patch_size, ) + (2, ) * (num_stages - 1):
             raise ValueError(f'strides {tuple(strides)}: Swin merges 2x2 '
@@ -263,15 +187,14 @@ class AttnSwinTransformer(StagedBackbone):
                                  'both')
             pretrain_img_size = img_size
         for name, value in (('qkv_bias', qkv_bias), ('patch_norm', patch_norm),
-                            ('use_abs_pos_embed', use_abs_pos_embed),
-                            ('convert_weights', convert_weights)):
+                            ('use_abs_pos_embed', use_abs_pos_embed)):
             check_type(name, value, bool)
-        pad_small_map = self.scope_default('pad_small_map', pad_small_map)
         self.embed_dims = arch['embed_dims']
         self.depths = list(arch['depths'])
         self.num_heads = list(arch['num_heads'])
         self.window_size = window_size
-        self.pad_small_map = pad_small_map
+        self.pad_small_map = self.default('pad_small_map') \
+            if pad_small_map is None else pad_small_map
         self.num_features = [self.embed_dims * 2**i for i in range(num_stages)]
         self.interpolate_mode = interpolate_mode
 
@@ -283,8 +206,8 @@ class AttnSwinTransformer(StagedBackbone):
                  stride=patch_size,
                  norm_cfg=norm_cfg if patch_norm else None),
             **(patch_cfg or {})))
-        img_size = to_2tuple_int(pretrain_img_size)
-        self.patch_resolution = grid_after_stride(img_size, patch_size)
+        self.patch_resolution = grid_after_stride(
+            to_2tuple_int(pretrain_img_size), patch_size)
         self.use_abs_pos_embed = use_abs_pos_embed
         if use_abs_pos_embed:
             self.absolute_pos_embed = nn.Parameter(
@@ -293,86 +216,58 @@ class AttnSwinTransformer(StagedBackbone):
             trunc_normal_(self.absolute_pos_embed, std=0.02)
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        cfgs = resolve_attn_cfgs(attn_cfgs, self.depths, SWIN_ATTENTION)
-        rates = linear_drop_path_rates(drop_path_rate, sum(self.depths))
-        grid = self.patch_resolution
+        grids = [self.patch_resolution]
+        for _ in range(num_stages - 1):
+            grids.append(grid_after_stride(grids[-1], 2))
+        cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, self.depths, grids,
+                                      SWIN_ATTENTION)
         self.min_input_size = patch_size * 2**(num_stages - 1)
         for i, depth in enumerate(self.depths):
             dims = self.num_features[i]
-            blocks = ModuleList()
-            for j in range(depth):
-                attn = self.window_settings(
-                    cfgs[i][j], shift=j % 2 == 1, qkv_bias=qkv_bias,
-                    qk_scale=qk_scale, attn_drop=attn_drop_rate,
-                    proj_drop=drop_rate)
-                blocks.append(TransformerBlock(
-                    dims,
-                    build_attention(
-                        attn, context=dict(grid_size=grid),
-                        embed_dims=dims, num_heads=self.num_heads[i],
-                        qkv_bias=qkv_bias),
-                    ffn_ratio=mlp_ratio,
-                    drop_path=rates[sum(self.depths[:i]) + j],
-                    ffn_drop=drop_rate,
-                    act_cfg=act_cfg,
-                    norm_cfg=norm_cfg))
-                if self.is_window_attention(attn) and not pad_small_map:
-                    # The stage's map must hold a whole window.
-                    stride = patch_size * 2**i
-                    self.min_input_size = max(
-                        self.min_input_size, stride * (window_size - 1) + 1)
+            block_cfgs = [self.window_settings(cfg, shift=j % 2 == 1)
+                          for j, cfg in enumerate(cfgs[i])]
+            blocks = self.build_blocks(
+                i, block_cfgs,
+                lambda j, attn, drop_path, dims=dims: TransformerBlock(
+                    dims, attn, ffn_ratio=mlp_ratio, drop_path=drop_path,
+                    ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg),
+                drop_path_rate, sum(self.depths),
+                context=dict(grid_size=grids[i]),
+                settings=dict(qk_scale=qk_scale, attn_drop=attn_drop_rate,
+                              proj_drop=drop_rate),
+                embed_dims=dims, num_heads=self.num_heads[i],
+                qkv_bias=qkv_bias)
+            if not self.pad_small_map and any(
+                    self.is_window_attention(cfg) for cfg in block_cfgs):
+                # The stage's map must hold a whole window.
+                self.min_input_size = max(
+                    self.min_input_size,
+                    patch_size * 2**i * (window_size - 1) + 1)
             downsample = None
             if i < num_stages - 1:
                 downsample = CornerPatchMerging(
                     in_channels=dims, out_channels=2 * dims,
                     norm_cfg=norm_cfg)
-                grid = grid_after_stride(grid, 2)
             self.stages.append(Stage(blocks, downsample=downsample))
         self.add_output_norms(self.num_features,
                               lambda c: build_norm_layer(norm_cfg, c)[1])
-        self.apply(self._init_weights)
-
-    # ------------------------------------------------------------ config
-    @classmethod
-    def resolve_arch(cls,
-                     arch: Union[str, dict],
-                     embed_dims: Optional[int] = None,
-                     depths: Optional[Sequence[int]] = None,
-                     num_heads: Optional[Sequence[int]] = None) -> dict:
-        """The arch settings, mmdet's keyword names overriding ``arch``."""
-        settings = cls.parse_arch(arch)
-        for key, value in (('embed_dims', embed_dims), ('depths', depths),
-                           ('num_heads', num_heads)):
-            if value is not None:
-                settings[key] = value if key == 'embed_dims' else list(value)
-        settings = {k: settings[k] for k in cls.arch_keys}
-        cls.check_per_stage(settings)
-        return settings
+        self.apply(init_linear_and_norm)
 
     @staticmethod
     def is_window_attention(cfg: dict) -> bool:
         return issubclass(attention_class(cfg['type']), WindowedAttention)
 
-    def window_settings(self, cfg: dict, shift: bool, **values) -> dict:
-        """A block's attention config with what the skeleton decides: for
-        Swin's windows the window, the shift of odd blocks and
-        ``pad_small_map``; for every attention the dropouts, scale and bias
-        it takes (a non-zero one it cannot take raises)."""
-        if not self.is_window_attention(cfg):
-            qkv_bias = values.pop('qkv_bias')
-            pass_on(cfg, attention_class(cfg['type']), **values)
-            cfg.setdefault('qkv_bias', qkv_bias)
-            return cfg
-        cfg.setdefault('window_size', self.window_size)
-        cfg.setdefault('pad_small_map', self.pad_small_map)
-        if 'shift_size' not in cfg:
-            cfg.setdefault('shift', shift)
-        inner = attention_class(cfg.get('window_msa', 'WindowMSA'))
-        return pass_on(cfg, inner, **values)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        init_linear_and_norm(module)
+    def window_settings(self, cfg: dict, shift: bool) -> dict:
+        """A block's attention config with what the skeleton decides for
+        Swin's windows: the window, the shift of odd blocks and
+        ``pad_small_map``."""
+        cfg = dict(cfg)
+        if self.is_window_attention(cfg):
+            cfg.setdefault('window_size', self.window_size)
+            cfg.setdefault('pad_small_map', self.pad_small_map)
+            if 'shift_size' not in cfg:
+                cfg.setdefault('shift', shift)
+        return cfg
 
     # ----------------------------------------------------------- forward
     def forward_stem(self, x: torch.Tensor):
@@ -383,72 +278,44 @@ class AttnSwinTransformer(StagedBackbone):
                                      self.interpolate_mode)
         return self.drop_after_pos(x), hw_shape
 
-    def stem_modules(self):
-        return [self.patch_embed]
-
-    def frozen_parameters(self):
-        return [self.absolute_pos_embed] if self.use_abs_pos_embed else []
+    def stem_parameters(self):
+        if self.use_abs_pos_embed and self.default('freezes_abs_pos_embed',
+                                                   True):
+            return [self.absolute_pos_embed]
+        return []
 
     # ----------------------------------------------------------- weights
-    @classmethod
-    def convert_checkpoint(cls, state_dict: StateDict) -> StateDict:
+    def position_tables(self):
+        tables = super().position_tables()
+        if self.use_abs_pos_embed:
+            tables['absolute_pos_embed'] = (self.patch_resolution,
+                                            self.interpolate_mode, 0)
+        return tables
+
+    def convert_official(self, state_dict: StateDict) -> StateDict:
         """Official Swin keys -> ours (see :func:`convert_official_swin`)."""
-        return convert_official_swin(state_dict)
+        return convert_official_swin(state_dict, self.block_attention)
 
-    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
-        """Layouts of earlier versions and of mmdet / mmpretrain -> ours.
-
-        * vitattn_mm 0.1 MSF-Swin: ``downsamples.{i}`` ->
-          ``stages.{i}.downsample``, ``stages.{i}.{j}`` ->
-          ``stages.{i}.blocks.{j}``; FLatten-Swin: the patch merging sat
-          before its stage (``stages.{i}.downsample`` ->
-          ``stages.{i-1}.downsample``) and the FLatten blocks' FFN was two
-          1x1 convs (now mmcv's Linear ``FFN``);
-        * mmpretrain's version-1 final ``norm`` -> ``norm{last}``, and its
-          ``attn_mask`` buffers dropped;
-        * mmdet's ``(1, C, H, W)`` absolute position embedding ->
-          ``(1, H*W, C)``.
-        """
-        p = re.escape(prefix)
-        keys = [k for k in state_dict if k.startswith(prefix)]
-        merging_before_stage = (
-            any(k.startswith(f'{prefix}stages.1.downsample.') for k in keys)
-            and not any(k.startswith(f'{prefix}stages.0.downsample.')
-                        for k in keys))
-        for key in keys:
+    def migrate_layout(self, state_dict: StateDict) -> StateDict:
+        """mmpretrain's and mmdet's older layouts -> ours: mmpretrain's
+        version-1 final ``norm`` -> ``norm{last}`` and its ``attn_mask``
+        buffers dropped; mmdet's ``(1, C, H, W)`` absolute position
+        embedding -> ``(1, H*W, C)``."""
+        migrated = OrderedDict()
+        for key, value in state_dict.items():
             if key.endswith('attn_mask'):
-                del state_dict[key]
                 continue
-            new = re.sub(rf'^{p}downsamples\.(\d+)\.', lambda m:
-                         f'{prefix}stages.{m.group(1)}.downsample.', key)
-            new = re.sub(rf'^{p}stages\.(\d+)\.(\d+)\.',
-                         rf'{prefix}stages.\1.blocks.\2.', new)
-            new = re.sub(rf'^{p}norm\.', f'{prefix}norm{self.num_stages - 1}.',
-                         new)
-            if merging_before_stage:
-                new = re.sub(
-                    rf'^{p}stages\.(\d+)\.downsample\.', lambda m:
-                    f'{prefix}stages.{int(m.group(1)) - 1}.downsample.', new)
-            if new != key:
-                state_dict[new] = state_dict.pop(key)
-        pos = state_dict.get(prefix + 'absolute_pos_embed')
-        if pos is not None and pos.dim() == 4:
-            state_dict[prefix + 'absolute_pos_embed'] = pos.flatten(
-                2).transpose(1, 2)
-        migrate_conv1x1_ffn(state_dict, prefix)
+            if key.startswith('norm.'):
+                key = f'norm{self.num_stages - 1}.' + key[len('norm.'):]
+            if key == 'absolute_pos_embed' and value.dim() == 4:
+                value = value.flatten(2).transpose(1, 2)
+            migrated[key] = value
+        return migrated
 
 
-BlockConverter = Callable[[str, str, torch.Tensor], StateDict]
-
-#: Official Swin-block names -> ours (``attn.w_msa`` in the windows).
+#: Official Swin-block names -> ours (the attention's are its own; in
+#: windows they go under ``attn.w_msa``).
 _SWIN_BLOCK_NAMES = {
-    'attn.qkv.weight': 'attn.w_msa.qkv.weight',
-    'attn.qkv.bias': 'attn.w_msa.qkv.bias',
-    'attn.proj.weight': 'attn.w_msa.proj.weight',
-    'attn.proj.bias': 'attn.w_msa.proj.bias',
-    'attn.relative_position_bias_table':
-    'attn.w_msa.relative_position_bias_table',
-    'attn.relative_position_index': 'attn.w_msa.relative_position_index',
     'mlp.fc1.weight': 'ffn.layers.0.0.weight',
     'mlp.fc1.bias': 'ffn.layers.0.0.bias',
     'mlp.fc2.weight': 'ffn.layers.1.weight',
@@ -456,38 +323,28 @@ _SWIN_BLOCK_NAMES = {
 }
 
 
-def convert_official_swin(
-        state_dict: StateDict,
-        convert_other_block: Optional[BlockConverter] = None,
-        is_other_block: Callable[[str], bool] = lambda names: False
-) -> StateDict:
+def convert_official_swin(state_dict: StateDict,
+                          block_attention) -> StateDict:
     """Official Swin keys (microsoft/Swin-Transformer, FLatten-Swin) ->
     ours; other layouts pass through unchanged.
 
-    ``layers.{i}.blocks.{j}`` -> ``stages.{i}.blocks.{j}`` (Swin blocks as
-    mmdet names them), ``layers.{i}.downsample`` -> ``stages.{i}.downsample``
-    (reordered for mmcv's unfold), ``patch_embed.proj`` ->
-    ``patch_embed.projection``, ``norm`` -> ``norm{last}``. The derived
-    ``attn_mask`` buffers are dropped; ``head.*`` is left for the
-    classifier.
+    ``layers.{i}.blocks.{j}`` -> ``stages.{i}.blocks.{j}`` (the MLP as
+    mmcv's FFN; the attention's tensors under ``attn.w_msa`` where the
+    model runs it in windows, through the converter a family registered for
+    that attention, e.g. FLatten's), ``layers.{i}.downsample`` ->
+    ``stages.{i}.downsample`` (reordered for mmcv's unfold),
+    ``patch_embed.proj`` -> ``patch_embed.projection``, ``norm`` ->
+    ``norm{last}``. The derived ``attn_mask`` buffers are dropped;
+    ``head.*`` is left for the classifier.
 
     Args:
         state_dict (dict): The file's tensors.
-        convert_other_block (callable, optional): ``(prefix, name, value)``
-            -> our tensors, for blocks that are not Swin's (FLatten's).
-        is_other_block (callable): Whether a block, given the official
-            names of its tensors joined by spaces, goes to
-            ``convert_other_block``. Default: none does.
+        block_attention (callable): ``(stage, block) -> (attention name,
+            windowed)`` of the model the file is loaded into
+            (:meth:`StagedBackbone.block_attention`).
     """
     if not any(k.startswith('layers.') for k in state_dict):
         return state_dict
-    block_names = {}
-    for key in state_dict:
-        m = re.match(r'(layers\.\d+\.blocks\.\d+)\.(.+)', key)
-        if m:
-            block_names.setdefault(m.group(1), []).append(m.group(2))
-    other = {block for block, names in block_names.items()
-             if convert_other_block and is_other_block(' '.join(names))}
     num_stages = 1 + max(
         int(k.split('.')[1]) for k in state_dict if k.startswith('layers.'))
     converted = OrderedDict()
@@ -500,14 +357,20 @@ def convert_official_swin(
             converted[f'stages.{stage}.downsample.{part}.{name}'] = \
                 _merging_weight_to_unfold_order(value)
             continue
-        m = re.match(r'(layers\.(\d+)\.blocks\.(\d+))\.(.+)', key)
+        m = re.match(r'layers\.(\d+)\.blocks\.(\d+)\.(.+)', key)
         if m:
-            block, name = m.group(1), m.group(4)
-            prefix = f'stages.{m.group(2)}.blocks.{m.group(3)}.'
-            if block in other:
-                converted.update(convert_other_block(prefix, name, value))
-            else:
-                converted[prefix + _SWIN_BLOCK_NAMES.get(name, name)] = value
+            stage, block, name = int(m.group(1)), int(m.group(2)), m.group(3)
+            prefix = f'stages.{stage}.blocks.{block}.'
+            try:
+                attention, windowed = block_attention(stage, block)
+            except IndexError:  # a block the model lacks: left unexpected
+                attention, windowed = 'WindowMSA', True
+            convert = BLOCK_CONVERTERS.get(('swin', attention),
+                                           _convert_swin_block)
+            for new, tensor in convert(prefix, name, value).items():
+                if windowed and new.startswith(prefix + 'attn.'):
+                    new = prefix + 'attn.w_msa.' + new[len(prefix) + 5:]
+                converted[new] = tensor
             continue
         if key.startswith('patch_embed.proj.'):
             key = key.replace('patch_embed.proj.', 'patch_embed.projection.')
@@ -515,6 +378,12 @@ def convert_official_swin(
             key = f'norm{num_stages - 1}.' + key[len('norm.'):]
         converted[key] = value
     return converted
+
+
+def _convert_swin_block(prefix: str, name: str,
+                        value: torch.Tensor) -> StateDict:
+    """One official Swin-block tensor -> ours."""
+    return {prefix + _SWIN_BLOCK_NAMES.get(name, name): value}
 
 
 def _merging_weight_to_unfold_order(weight: torch.Tensor) -> torch.Tensor:

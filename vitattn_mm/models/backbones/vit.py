@@ -1,122 +1,33 @@
-"""One plain-ViT skeleton for every attention, and ViT's multi-head
-self-attention.
+"""One plain-ViT skeleton for every attention.
 
 :class:`AttnViT` is mmpretrain's and mmseg's ``VisionTransformer`` (their
 keywords, arch names, defaults and results; their state dicts load) whose
-attention is chosen per block: by default :class:`MultiheadSelfAttention`,
-or any registered attention. A plain ViT is staged by its blocks: stage
-``i`` is block ``i``, as ``out_indices`` and ``frozen_stages`` count them.
+attention is chosen per block: by default
+:class:`~vitattn_mm.models.attentions.MultiheadSelfAttention`, or any
+registered attention. A plain ViT is staged by its blocks: stage ``i`` is
+block ``i``, as ``out_indices`` and ``frozen_stages`` count them.
 """
 import math
 import re
+from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
-from mmdet.models.layers import nlc_to_nchw
-from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
 
-from ...registry import ATTENTIONS, register_model
-from ..layers import (PixelNormPatchEmbed, QueryAttention, ResizablePosEmbed,
-                      Stage, StagedBackbone, TokenAttention, TransformerBlock,
-                      attention_class, build_attention, check_heads,
-                      check_type, init_linear_and_norm,
-                      linear_drop_path_rates, merge_heads, pass_on,
-                      resolve_attn_cfgs, sincos_pos_embed_2d,
-                      softmax_attention, split_heads, to_2tuple_int,
-                      window_mask_bias)
+from ...registry import register_model
+from ..attentions.base import attention_class
+from ..layers.blocks import TransformerBlock
+from ..layers.common import check_type, nlc_to_nchw
 from ..layers.padding import CornerPatchEmbed, grid_after_stride
-
-
-@ATTENTIONS.register_module(name='LocalWindowAttention')
-@ATTENTIONS.register_module()
-class MultiheadSelfAttention(TokenAttention):
-    """Multi-head self-attention, ``softmax(q k^T / sqrt(d)) v``.
-
-    mmpretrain's ``MultiheadAttention`` on the attention protocol (``qkv``,
-    ``proj``; mmseg's ``nn.MultiheadAttention`` weights load through
-    :meth:`migrate_keys`). In windows it takes Swin's shift mask; L2ViT's
-    local window attention is this module in unshifted windows (also
-    registered as ``LocalWindowAttention``).
-
-    Args:
-        embed_dims (int): Channels C.
-        num_heads (int): Attention heads.
-        qkv_bias (bool): Bias in ``qkv``. Default: True.
-        qk_scale (float, optional): Overrides ``head_dims ** -0.5``.
-            Default: None.
-        attn_drop (float): Dropout of the attention weights. Default: 0.
-        proj_drop (float): Dropout after ``proj``. Default: 0.
-        proj_bias (bool): Bias in ``proj``. Default: True.
-        init_cfg (dict, optional): Initialisation config. Default: None.
-    """
-    takes_mask = True
-    grid_free = True
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 qkv_bias: bool = True,
-                 qk_scale: Optional[float] = None,
-                 attn_drop: float = 0.,
-                 proj_drop: float = 0.,
-                 proj_bias: bool = True,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        head_dims = check_heads(embed_dims, num_heads)
-        self.embed_dims = embed_dims
-        self.num_heads = num_heads
-        self.scale = qk_scale or head_dims**-0.5
-        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
-        self.attn_drop = attn_drop
-        self.proj = nn.Linear(embed_dims, embed_dims, bias=proj_bias)
-        self.proj_drop = nn.Dropout(proj_drop)
-
-    def _qkv(self, x: torch.Tensor):
-        return [split_heads(t, self.num_heads)
-                for t in self.qkv(x).chunk(3, dim=-1)]
-
-    def forward(self,
-                x: torch.Tensor,
-                hw_shape: Tuple[int, int],
-                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``(B, N, C)`` tokens -> same shape (the grid is not needed);
-        ``mask``: Swin's ``(num_windows, N, N)`` shift mask in windows."""
-        bias, q, k, v = window_mask_bias(mask, None, *self._qkv(x))
-        out = softmax_attention(
-            q, k, v, bias, self.scale,
-            dropout_p=self.attn_drop if self.training else 0.)
-        out = out.flatten(0, 1) if mask is not None else out
-        return self.proj_drop(self.proj(merge_heads(out)))
-
-    @torch.no_grad()
-    def query_attention(self, x: torch.Tensor, hw_shape: Tuple[int, int],
-                        index: int) -> QueryAttention:
-        """Softmax weights of query ``index`` over the grid's keys."""
-        extra = x.shape[1] - hw_shape[0] * hw_shape[1]
-        q, k, _ = (t[0] for t in self._qkv(x[:1]))
-        logits = (q[:, extra + index:extra + index + 1] *
-                  self.scale) @ k.transpose(-2, -1)
-        weights = logits[:, 0].softmax(-1)[:, extra:]
-        return QueryAttention(weights / weights.sum(-1, keepdim=True),
-                              tuple(hw_shape), q[:, extra + index],
-                              k[:, extra:], self.scale)
-
-    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
-        """mmseg's ``nn.MultiheadAttention`` (``attn.in_proj_*``,
-        ``attn.out_proj``) -> ``qkv``, ``proj``."""
-        for part in ('weight', 'bias'):
-            for old, new in (('attn.in_proj_', 'qkv.'),
-                             ('attn.out_proj.', 'proj.')):
-                value = state_dict.pop(f'{prefix}{old}{part}', None)
-                if value is not None:
-                    state_dict[f'{prefix}{new}{part}'] = value
-
-    def extra_repr(self) -> str:
-        return f'embed_dims={self.embed_dims}, num_heads={self.num_heads}'
-
+from ..layers.patch_embed import PixelNormPatchEmbed
+from ..layers.pos_embed import ResizablePosEmbed, sincos_pos_embed_2d
+from ..layers.stage import Stage, init_linear_and_norm
+from ..layers.windows import to_2tuple_int
+from ..loading import StateDict
+from .base_backbone import StagedBackbone
 
 #: ViT's attention in the blocks that name none.
 VIT_ATTENTION = dict(type='MultiheadSelfAttention')
@@ -136,11 +47,12 @@ class AttnViT(StagedBackbone):
     blocks, a final norm (``final_norm``, ``ln1``) and outputs by
     ``out_type`` (mmpretrain's ``'cls_token'``, ``'featmap'``,
     ``'avg_featmap'`` through ``ln2``, ``'raw'``; mmseg's feature maps,
-    with ``output_cls_token``). Defaults that differ between the two follow
-    the running config's scope (mmseg's in an mmseg config, mmpretrain's
-    elsewhere): ``final_norm`` (False / True), ``out_type``
-    ('featmap' / 'cls_token'), ``norm_cfg`` (LN eps 1e-5 / 1e-6) and
-    ``patch_bias`` (False / True). ``frozen_stages=k`` freezes the stem and
+    with ``output_cls_token``). Defaults that differ between the two are
+    those of the package whose config builds it (mmseg's class, see
+    :mod:`~vitattn_mm.models.backbones.packages`; mmpretrain's in
+    mmpretrain's and mmdet's class and in plain Python): ``final_norm``
+    (False / True), ``out_type`` ('featmap' / 'cls_token'), ``norm_cfg``
+    (LN eps 1e-5 / 1e-6) and ``patch_bias`` (False / True). ``frozen_stages=k`` freezes the stem and
     the first k blocks as mmpretrain does (0 freezes nothing).
 
     Added: any attention per block (``attn_cfgs``), Simple ViT's layout
@@ -155,8 +67,9 @@ class AttnViT(StagedBackbone):
             dict with ``embed_dims``, ``depth`` (or ``num_layers``),
             ``num_heads`` and optionally ``feedforward_channels``.
             mmseg's keywords below override it. Default: 'base'.
-        attn_cfgs (dict | list, optional): The attention of every block (a
-            dict) or of each block (a list; None is ViT's); the skeleton
+        attn_cfgs (dict | list | callable, optional): The attention of
+            every block (a dict) or of each block (a list; None is ViT's),
+            or a family's plan ``plan(arch, grids)``; the skeleton
             adds ``embed_dims``, ``num_heads``, ``qkv_bias`` and, to those
             that take it, the pretraining grid ``grid_size``.
             Default: None.
@@ -172,11 +85,11 @@ class AttnViT(StagedBackbone):
             Default: 0.
         drop_path_rate (float): Stochastic depth rate. Default: 0.
         qkv_bias (bool): Default: True.
-        norm_cfg (dict, optional): Norm layers. Default: None (by scope).
+        norm_cfg (dict, optional): Norm layers. Default: None (the package's).
         act_cfg (dict): FFN activation. Default: ``dict(type='GELU')``.
         final_norm (bool, optional): Norm after the last block, on the main
-            path (``ln1``). Default: None (by scope).
-        out_type (str, optional): See above. Default: None (by scope).
+            path (``ln1``). Default: None (the package's).
+        out_type (str, optional): See above. Default: None (the package's).
         with_cls_token (bool): A class token (the attentions must be
             ``grid_free``). Default: True.
         output_cls_token (bool): mmseg's: feature maps come with the class
@@ -186,7 +99,7 @@ class AttnViT(StagedBackbone):
         pre_norm (bool): A norm after the position embedding
             (``pre_norm``). Default: False.
         patch_bias (bool, optional): Bias of the patch embedding.
-            Default: None (by scope; False with ``pre_norm``).
+            Default: None (the package's; False with ``pre_norm``).
         patch_norm (bool): A norm after the patch embedding (mmseg).
             Default: False.
         patch_pad (str | int): Padding of the patch embedding (mmseg).
@@ -211,7 +124,8 @@ class AttnViT(StagedBackbone):
             Default: 'learned'.
         out_norm (bool): A norm per output (``norm{i}``). Default: False.
         **kwargs: :class:`StagedBackbone`'s ``frozen_stages``,
-            ``norm_eval``, ``with_cp``, ``pretrained`` and ``init_cfg``.
+            ``norm_eval``, ``with_cp``, ``convert_weights``, ``pretrained``
+            and ``init_cfg``.
     """
     arch_zoo = {
         ('ti', 'tiny', 'deit-t', 'deit-tiny'): _DEIT['deit_tiny'],
@@ -221,7 +135,8 @@ class AttnViT(StagedBackbone):
         ('l', 'large'): dict(embed_dims=1024, depth=24, num_heads=16),
     }
     arch_keys = ('embed_dims', 'depth', 'num_heads')
-    scope_defaults = {
+    arch_aliases = {'num_layers': 'depth'}
+    conventions = {
         None: dict(final_norm=True, out_type='cls_token',
                    norm_cfg=dict(type='LN', eps=1e-6), patch_bias=True),
         'mmseg': dict(final_norm=False, out_type='featmap',
@@ -232,7 +147,7 @@ class AttnViT(StagedBackbone):
 
     def __init__(self,
                  arch: Union[str, dict] = 'base',
-                 attn_cfgs: Optional[Union[dict, Sequence]] = None,
+                 attn_cfgs=None,
                  img_size: Union[int, Tuple[int, int]] = 224,
                  patch_size: int = 16,
                  in_channels: int = 3,
@@ -268,14 +183,16 @@ class AttnViT(StagedBackbone):
                  pretrain_img_size: Optional[Union[int, Tuple[int,
                                                               int]]] = None,
                  **kwargs):
-        arch = self.resolve_arch(arch, embed_dims, num_layers, num_heads)
+        arch = self.resolve_arch(arch, embed_dims=embed_dims,
+                                 num_layers=num_layers, num_heads=num_heads)
         depth = arch['depth']
         super().__init__(depth, out_indices, **kwargs)
-        final_norm = self.scope_default('final_norm', final_norm)
-        out_type = self.scope_default('out_type', out_type)
-        norm_cfg = self.scope_default('norm_cfg', norm_cfg)
-        patch_bias = self.scope_default('patch_bias',
-                                        patch_bias) and not pre_norm
+        final_norm = self.default('final_norm') if final_norm is None \
+            else final_norm
+        out_type = self.default('out_type') if out_type is None else out_type
+        norm_cfg = self.default('norm_cfg') if norm_cfg is None else norm_cfg
+        patch_bias = (self.default('patch_bias') if patch_bias is None else
+                      patch_bias) and not pre_norm
         for name, value, valid in (
             ('out_type', out_type, self.OUT_TYPES),
             ('patch_embed', patch_embed, ('conv', 'pixel_norm')),
@@ -345,27 +262,29 @@ class AttnViT(StagedBackbone):
         self.pre_norm = build_norm_layer(norm_cfg, embed_dims)[1] \
             if pre_norm else None
 
-        cfgs = resolve_attn_cfgs(attn_cfgs, [1] * depth, VIT_ATTENTION)
-        rates = linear_drop_path_rates(drop_path_rate, depth)
+        cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, [1] * depth,
+                                      [self.patch_resolution] * depth,
+                                      VIT_ATTENTION)
+        if with_cls_token:
+            for cfg, in cfgs:
+                if not attention_class(cfg['type']).supports('grid_free',
+                                                             cfg):
+                    raise ValueError(
+                        f'with_cls_token=True: {cfg["type"]} works on the '
+                        'token grid and cannot take a class token; set '
+                        'with_cls_token=False')
         for i in range(depth):
-            cfg = pass_on(cfgs[i][0], attention_class(cfgs[i][0]['type']),
-                          attn_drop=attn_drop_rate, proj_drop=drop_rate)
-            attn = build_attention(
-                cfg, context=dict(grid_size=self.patch_resolution),
+            self.stages.append(Stage(self.build_blocks(
+                i, cfgs[i],
+                lambda j, attn, drop_path: TransformerBlock(
+                    embed_dims, attn, ffn_ratio=mlp_ratio,
+                    drop_path=drop_path, ffn_drop=drop_rate, act_cfg=act_cfg,
+                    norm_cfg=norm_cfg),
+                drop_path_rate, depth,
+                context=dict(grid_size=self.patch_resolution),
+                settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate),
                 embed_dims=embed_dims, num_heads=arch['num_heads'],
-                qkv_bias=qkv_bias)
-            if with_cls_token and not attn.grid_free:
-                raise ValueError(
-                    f'with_cls_token=True: {type(attn).__name__} works on '
-                    'the token grid and cannot take a class token; set '
-                    'with_cls_token=False')
-            self.stages.append(Stage(ModuleList([TransformerBlock(
-                embed_dims, attn,
-                ffn_ratio=mlp_ratio,
-                drop_path=rates[i],
-                ffn_drop=drop_rate,
-                act_cfg=act_cfg,
-                norm_cfg=norm_cfg)])))
+                qkv_bias=qkv_bias)))
         if final_norm:
             self.ln1 = build_norm_layer(norm_cfg, embed_dims)[1]
         if out_norm:
@@ -381,21 +300,6 @@ class AttnViT(StagedBackbone):
             for name, param in self.named_parameters():
                 if not any(exclude in name for exclude in frozen_exclude):
                     param.requires_grad = False
-
-    @classmethod
-    def resolve_arch(cls, arch, embed_dims=None, num_layers=None,
-                     num_heads=None) -> dict:
-        """The arch settings (mmpretrain's ``num_layers`` accepted for
-        ``depth``), mmseg's keywords overriding them."""
-        if isinstance(arch, dict) and 'num_layers' in arch:
-            arch = dict(arch)
-            arch['depth'] = arch.pop('num_layers')
-        settings = cls.parse_arch(arch)
-        for key, value in (('embed_dims', embed_dims), ('depth', num_layers),
-                           ('num_heads', num_heads)):
-            if value is not None:
-                settings[key] = value
-        return settings
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -441,7 +345,7 @@ class AttnViT(StagedBackbone):
         return [m for m in (self.patch_embed, self.pos_embed, self.pre_norm)
                 if m is not None]
 
-    def frozen_parameters(self):
+    def stem_parameters(self):
         return [self.cls_token] if self.with_cls_token else []
 
     def final_modules(self):
@@ -449,41 +353,96 @@ class AttnViT(StagedBackbone):
                 if hasattr(self, name)]
 
     # ----------------------------------------------------------- weights
-    def migrate_keys(self, state_dict: dict, prefix: str = '') -> None:
-        """mmpretrain's and mmseg's layouts and our 0.2 layout -> ours.
+    def convert_official(self, state_dict: StateDict) -> StateDict:
+        """See :func:`convert_simple_vit`."""
+        return convert_simple_vit(state_dict)
+
+    def migrate_layout(self, state_dict: StateDict) -> StateDict:
+        """mmpretrain's and mmseg's layouts -> ours.
 
         ``layers.{i}`` (both) -> ``stages.{i}.blocks.0`` with ``ln1`` /
-        ``ln2`` -> ``norm1`` / ``norm2`` (mmseg's fused attention is split
-        by :meth:`MultiheadSelfAttention.migrate_keys`); their
-        ``pos_embed`` -> ``pos_embed.weight`` (a class-token row dropped
-        without a class token), mmseg's ``ln_pre`` -> ``pre_norm``; 0.2's
-        ``blocks.{i}`` -> ``stages.{i}.blocks.0``.
+        ``ln2`` -> ``norm1`` / ``norm2``, mmseg's fused attention
+        (``attn.attn.in_proj_*``, ``attn.attn.out_proj``) -> ``attn.qkv``,
+        ``attn.proj``; ``pos_embed`` -> ``pos_embed.weight`` (a class-token
+        row dropped without a class token), mmseg's ``ln_pre`` ->
+        ``pre_norm``.
         """
-        p = re.escape(prefix)
-        for key in [k for k in state_dict if k.startswith(prefix)]:
-            new = re.sub(rf'^{p}layers\.(\d+)\.ln([12])\.',
-                         rf'{prefix}stages.\1.blocks.0.norm\2.', key)
-            new = re.sub(rf'^{p}(?:layers|blocks)\.(\d+)\.',
-                         rf'{prefix}stages.\1.blocks.0.', new)
-            new = re.sub(rf'^{p}ln_pre\.', f'{prefix}pre_norm.', new)
-            if new == f'{prefix}pos_embed':
-                new += '.weight'
-            if new != key:
-                state_dict[new] = state_dict.pop(key)
+        migrated = OrderedDict()
+        for key, value in state_dict.items():
+            key = re.sub(r'^layers\.(\d+)\.ln([12])\.',
+                         r'stages.\1.blocks.0.norm\2.', key)
+            key = re.sub(r'^layers\.(\d+)\.', r'stages.\1.blocks.0.', key)
+            key = re.sub(r'\.attn\.attn\.in_proj_', '.attn.qkv.', key)
+            key = re.sub(r'\.attn\.attn\.out_proj\.', '.attn.proj.', key)
+            key = re.sub(r'^ln_pre\.', 'pre_norm.', key)
+            if key == 'pos_embed':
+                key = 'pos_embed.weight'
+            migrated[key] = value
         if not self.with_cls_token:
             # Stock files hold a class token (and its position) even where
             # it is not used (mmseg's with_cls_token=False).
-            state_dict.pop(prefix + 'cls_token', None)
-            pos = state_dict.get(prefix + 'pos_embed.weight')
+            migrated.pop('cls_token', None)
+            pos = migrated.get('pos_embed.weight')
             if pos is not None and pos.dim() == 3:
                 n = pos.shape[1]
                 if math.isqrt(n - 1)**2 == n - 1 and math.isqrt(n)**2 != n:
-                    state_dict[prefix + 'pos_embed.weight'] = pos[:, 1:]
+                    migrated['pos_embed.weight'] = pos[:, 1:]
+        return migrated
 
 
-#: ViT families without a class token: their outputs by scope (feature
+def convert_simple_vit(state_dict: StateDict) -> StateDict:
+    """Official Simple ViT keys (lucidrains' layout, MSF's release
+    tk1980/MSFtransformer) -> ours; other layouts pass through.
+
+    ``to_patch_embedding.{1,2,3}`` -> ``patch_embed.{pixel_norm,
+    projection,norm}``; ``transformer.layers.{i}.0`` (attention: ``norm``,
+    ``to_qkvp`` / ``to_qkv``, ``to_out``) ->
+    ``stages.{i}.blocks.0.{norm1,attn.qkv,attn.proj}``;
+    ``transformer.layers.{i}.1.net.{0,1,3}`` ->
+    ``stages.{i}.blocks.0.{norm2,ffn.layers.0.0,ffn.layers.1}``; the head's
+    norm ``linear_head.0`` (applied to the mean token) -> the last block's
+    output norm; ``linear_head.1`` -> ``head.fc``, left for the classifier.
+    """
+    layer_ids = [
+        int(m.group(1)) for m in (
+            re.match(r'transformer\.layers\.(\d+)\.', k)
+            for k in state_dict) if m
+    ]
+    if not layer_ids:
+        return state_dict
+    renames = [
+        (r'to_patch_embedding\.1\.', 'patch_embed.pixel_norm.'),
+        (r'to_patch_embedding\.2\.', 'patch_embed.projection.'),
+        (r'to_patch_embedding\.3\.', 'patch_embed.norm.'),
+        (r'transformer\.layers\.(\d+)\.0\.norm\.',
+         r'stages.\1.blocks.0.norm1.'),
+        (r'transformer\.layers\.(\d+)\.0\.to_qkvp?\.',
+         r'stages.\1.blocks.0.attn.qkv.'),
+        (r'transformer\.layers\.(\d+)\.0\.to_out\.',
+         r'stages.\1.blocks.0.attn.proj.'),
+        (r'transformer\.layers\.(\d+)\.1\.net\.0\.',
+         r'stages.\1.blocks.0.norm2.'),
+        (r'transformer\.layers\.(\d+)\.1\.net\.1\.',
+         r'stages.\1.blocks.0.ffn.layers.0.0.'),
+        (r'transformer\.layers\.(\d+)\.1\.net\.3\.',
+         r'stages.\1.blocks.0.ffn.layers.1.'),
+        (r'linear_head\.0\.', f'norm{max(layer_ids)}.'),
+        (r'linear_head\.1\.', 'head.fc.'),
+    ]
+    converted = OrderedDict()
+    for key, value in state_dict.items():
+        for pattern, replacement in renames:
+            new_key, found = re.subn('^' + pattern, replacement, key)
+            if found:
+                key = new_key
+                break
+        converted[key] = value
+    return converted
+
+
+#: ViT families without a class token: their outputs by package (feature
 #: maps; the mean token in mmpretrain, whose classifiers read a vector).
-NO_CLS_TOKEN_SCOPE_DEFAULTS = {
-    None: dict(AttnViT.scope_defaults[None], out_type='featmap'),
+NO_CLS_TOKEN_CONVENTIONS = {
+    None: dict(AttnViT.conventions[None], out_type='featmap'),
     'mmpretrain': dict(out_type='avg_featmap'),
 }

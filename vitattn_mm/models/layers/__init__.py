@@ -1,37 +1,25 @@
-from .attention import (AttentionState, QueryAttention, TokenAttention,
-                        accepts, attention_class, build_attention,
-                        merge_heads, pass_on, softmax_attention, split_heads)
-from .base_backbone import (Stage, StagedBackbone, check_type, freeze_module,
-                            init_linear_and_norm, linear_drop_path_rates,
-                            resolve_attn_cfgs)
-from .blocks import TransformerBlock, migrate_conv1x1_ffn
-from .common import LinspaceOnCPU, check_heads
+"""Shared building blocks of the skeletons: padding, patch embeddings,
+position tables, windows and the transformer block."""
+from .blocks import ConvFFN, TransformerBlock
+from .common import LinspaceOnCPU, nchw_to_nlc, nlc_to_nchw
 from .padding import (CornerPadding, CornerPatchEmbed, CornerPatchMerging,
-                      grid_after_stride, is_capturing, padded_size)
+                      grid_after_stride, pad_corner, padded_size)
 from .patch_embed import PixelNormPatchEmbed
-from .pos_embed import (ResizablePosEmbed, resize_pos_embed,
-                        sincos_pos_embed_2d)
-from .pretrained import (LoadReport, StateDict, load_pretrained,
-                         unwrap_state_dict)
-from .windows import (RelativePositionBias, WindowedAttention, crop_tokens,
-                      gather_relative_position_bias, pad_to_multiple,
+from .pos_embed import (ResizablePosEmbed, resize_loaded_pos_embed,
+                        resize_pos_embed, sincos_pos_embed_2d)
+from .windows import (RelativePositionBias, add_relative_position_bias,
+                      crop_tokens, pad_to_multiple, relative_position_bias,
                       relative_position_index, shifted_window_mask,
-                      to_2tuple_int, window_mask_bias, window_partition,
-                      window_reverse)
+                      to_2tuple_int, window_partition, window_reverse)
 
 __all__ = [
-    'AttentionState', 'QueryAttention', 'TokenAttention', 'accepts',
-    'pass_on', 'attention_class',
-    'build_attention', 'merge_heads', 'softmax_attention', 'split_heads',
-    'Stage', 'StagedBackbone', 'check_type', 'freeze_module',
-    'init_linear_and_norm', 'linear_drop_path_rates', 'resolve_attn_cfgs',
-    'TransformerBlock', 'migrate_conv1x1_ffn', 'LinspaceOnCPU',
-    'check_heads', 'CornerPadding', 'CornerPatchEmbed', 'CornerPatchMerging',
-    'grid_after_stride', 'is_capturing', 'padded_size',
-    'PixelNormPatchEmbed', 'ResizablePosEmbed', 'resize_pos_embed',
-    'sincos_pos_embed_2d', 'LoadReport', 'StateDict', 'load_pretrained',
-    'unwrap_state_dict', 'RelativePositionBias', 'WindowedAttention',
-    'crop_tokens', 'gather_relative_position_bias', 'pad_to_multiple',
-    'relative_position_index', 'shifted_window_mask', 'to_2tuple_int',
-    'window_mask_bias', 'window_partition', 'window_reverse'
+    'ConvFFN', 'TransformerBlock', 'LinspaceOnCPU', 'nchw_to_nlc',
+    'nlc_to_nchw', 'CornerPadding', 'CornerPatchEmbed', 'CornerPatchMerging',
+    'grid_after_stride', 'pad_corner', 'padded_size', 'PixelNormPatchEmbed',
+    'ResizablePosEmbed', 'resize_loaded_pos_embed', 'resize_pos_embed',
+    'sincos_pos_embed_2d', 'RelativePositionBias',
+    'add_relative_position_bias', 'crop_tokens', 'pad_to_multiple',
+    'relative_position_bias', 'relative_position_index',
+    'shifted_window_mask', 'to_2tuple_int', 'window_partition',
+    'window_reverse'
 ]

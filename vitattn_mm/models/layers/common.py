@@ -1,14 +1,20 @@
-"""Small helpers every family uses."""
+"""Small helpers every skeleton uses."""
+from typing import Sequence
+
 import torch
+import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 
-def check_heads(embed_dims: int, num_heads: int) -> int:
-    """Channels per head; a clear error when the heads do not divide C."""
-    if embed_dims % num_heads:
-        raise ValueError(f'embed_dims {embed_dims} is not divisible by '
-                         f'num_heads {num_heads}')
-    return embed_dims // num_heads
+def nlc_to_nchw(x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
+    """``(B, H*W, C)`` tokens -> a ``(B, C, H, W)`` map."""
+    B, _, C = x.shape
+    return x.transpose(1, 2).reshape(B, C, *hw_shape).contiguous()
+
+
+def nchw_to_nlc(x: torch.Tensor) -> torch.Tensor:
+    """A ``(B, C, H, W)`` map -> ``(B, H*W, C)`` tokens."""
+    return x.flatten(2).transpose(1, 2).contiguous()
 
 
 class LinspaceOnCPU(TorchFunctionMode):
@@ -25,3 +31,22 @@ class LinspaceOnCPU(TorchFunctionMode):
         if func is torch.linspace:
             kwargs['device'] = 'cpu'
         return func(*args, **kwargs)
+
+
+def freeze_module(module: nn.Module) -> None:
+    """Put ``module`` in eval mode and stop its gradients."""
+    module.eval()
+    for param in module.parameters():
+        param.requires_grad = False
+
+
+def check_type(name: str, value, types) -> None:
+    """Raise a TypeError naming ``name`` unless ``value`` is of ``types``
+    (a bool is no int here)."""
+    if isinstance(value, bool) and types is not bool:
+        ok = False
+    else:
+        ok = isinstance(value, types)
+    if not ok:
+        expected = getattr(types, '__name__', str(types))
+        raise TypeError(f'{name} must be {expected}, got {value!r}')

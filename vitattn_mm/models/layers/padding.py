@@ -1,14 +1,13 @@
-"""Size-aware primitives: padding that keeps input sizes symbolic when a
-graph is captured.
+"""Size-aware primitives: padding whose amount stays an expression of the
+input size.
 
 ONNX export and ``torch.compile`` record one graph from one example input.
 A size that passes through a Python ``int``, a ``math.ceil`` or an ``if``
 becomes a constant of that graph (ONNX) or a guard that recompiles at the
-next size (``torch.compile``). The primitives here (the padding of patch
-embeddings and mergings, and through :func:`padded_size` the windows and
-position-embedding resizing) keep such sizes as symbolic arithmetic while
-a graph is captured and change nothing in eager mode. They are built
-directly by the backbones; nothing is swapped after construction.
+next size (``torch.compile``). The padding of patch embeddings, mergings
+and windows is therefore always applied, by an amount computed with
+:func:`padded_size` (zero when the size is a multiple already): the same
+code runs eagerly and in a captured graph, which serves every input size.
 """
 from typing import Sequence, Tuple
 
@@ -16,16 +15,6 @@ import torch
 import torch.nn.functional as F
 from mmcv.cnn.bricks.transformer import (AdaptivePadding, PatchEmbed,
                                          PatchMerging)
-
-
-def is_capturing() -> bool:
-    """Whether the running forward pass is being captured into a graph that
-    must serve other input sizes (ONNX export or ``torch.compile``).
-
-    A plain TorchScript trace (the FLOP counter's) is not: it records what
-    eager mode computes at its one input size.
-    """
-    return torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
 
 
 def padded_size(size, multiple: int):
@@ -49,15 +38,22 @@ def grid_after_stride(hw_shape: Sequence[int], stride: int) -> Tuple[int, int]:
     return tuple((s + stride - 1) // stride for s in hw_shape)
 
 
+def pad_corner(x: torch.Tensor, multiple: Sequence[int]) -> torch.Tensor:
+    """Zero-pad an NCHW map at the bottom / right to multiples of
+    ``multiple`` ``(h, w)``."""
+    H, W = x.shape[-2:]
+    return F.pad(x, [0, padded_size(W, multiple[1]) - W, 0,
+                     padded_size(H, multiple[0]) - H])
+
+
 class CornerPadding(AdaptivePadding):
     """mmcv's ``AdaptivePadding`` in 'corner' mode for ``kernel == stride``
     (patch embeddings, patch merging, strided reductions), with the padding
-    computed from :func:`padded_size`.
+    computed by :func:`pad_corner`.
 
     mmcv computes it with ``math.ceil`` and pads only when it is non-zero:
     the size leaves the graph. Here the amount stays an expression of the
-    input size and, while a graph is captured, the (possibly zero) padding
-    is always applied. Eager results are identical to mmcv's.
+    input size. Results are identical to mmcv's.
 
     Args:
         stride (int | tuple[int, int]): Kernel and stride.
@@ -67,11 +63,7 @@ class CornerPadding(AdaptivePadding):
         super().__init__(kernel_size=stride, stride=stride, padding='corner')
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pad_h = padded_size(x.shape[-2], self.stride[0]) - x.shape[-2]
-        pad_w = padded_size(x.shape[-1], self.stride[1]) - x.shape[-1]
-        if is_capturing() or pad_h or pad_w:
-            x = F.pad(x, [0, pad_w, 0, pad_h])
-        return x
+        return pad_corner(x, self.stride)
 
 
 def _use_corner_padding(module) -> None:
@@ -83,8 +75,8 @@ def _use_corner_padding(module) -> None:
 
 
 class CornerPatchEmbed(PatchEmbed):
-    """mmcv's ``PatchEmbed`` (same arguments, parameters and eager results)
-    whose corner padding is a :class:`CornerPadding`."""
+    """mmcv's ``PatchEmbed`` (same arguments, parameters and results) whose
+    corner padding is a :class:`CornerPadding`."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -92,8 +84,8 @@ class CornerPatchEmbed(PatchEmbed):
 
 
 class CornerPatchMerging(PatchMerging):
-    """mmcv's ``PatchMerging`` (same arguments, parameters and eager
-    results) whose corner padding is a :class:`CornerPadding`."""
+    """mmcv's ``PatchMerging`` (same arguments, parameters and results)
+    whose corner padding is a :class:`CornerPadding`."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

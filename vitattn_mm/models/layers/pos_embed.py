@@ -1,6 +1,6 @@
 """Learned absolute positional embeddings that follow the running grid."""
 import math
-from typing import Dict, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn as nn
@@ -8,7 +8,12 @@ import torch.nn.functional as F
 from mmengine.logging import MMLogger
 from mmengine.model.weight_init import trunc_normal_
 
-from .padding import is_capturing
+
+def _capturing() -> bool:
+    """Whether a graph that must serve other input sizes is being captured
+    (ONNX export, ``torch.compile``); a plain trace (the FLOP counter's)
+    records what eager mode computes at its one size."""
+    return torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
 
 
 def resize_pos_embed(pos_embed: torch.Tensor,
@@ -19,11 +24,12 @@ def resize_pos_embed(pos_embed: torch.Tensor,
     """Resize a ``(1, E + H*W, C)`` positional embedding to another grid
     (the ``E`` leading rows, e.g. a class token's, are kept as they are).
 
-    Interpolation runs in fp32 (bicubic is fp32-only on several devices) and
-    the result is cast back, so it is safe under autocast. While a graph is
-    captured (ONNX export, ``torch.compile``) ``dst_hw`` may be symbolic and
-    the resize is always part of the graph (at the source size it is the
-    identity), so the graph serves every input size.
+    The size-aware primitive of position tables: eagerly, a table already on
+    ``dst_hw`` is returned as it is; while a graph is captured the resize is
+    always part of the graph (at the source size it is the identity), so
+    the graph serves every input size. Interpolation runs in fp32 (bicubic
+    is fp32-only on several devices) and the result is cast back, so it is
+    safe under autocast.
 
     Args:
         pos_embed (Tensor): Embedding of shape ``(1, E + src_h * src_w, C)``.
@@ -37,7 +43,7 @@ def resize_pos_embed(pos_embed: torch.Tensor,
         Tensor: Embedding of shape ``(1, E + dst_h * dst_w, C)``.
     """
     src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
-    if not is_capturing() and src_hw == dst_hw:
+    if not _capturing() and src_hw == dst_hw:
         return pos_embed
     _, length, channels = pos_embed.shape
     if length != num_extra_tokens + src_hw[0] * src_hw[1]:
@@ -53,15 +59,41 @@ def resize_pos_embed(pos_embed: torch.Tensor,
     return torch.cat([extra, grid], dim=1) if num_extra_tokens else grid
 
 
+def resize_loaded_pos_embed(weight: torch.Tensor, grid_hw: Tuple[int, int],
+                            mode: str = 'bilinear',
+                            num_extra_tokens: int = 0,
+                            name: str = 'positional embedding'
+                            ) -> torch.Tensor:
+    """A checkpoint's ``(1, E + N, C)`` table, learned on a square grid,
+    resized to ``grid_hw`` (unchanged when it is there already).
+
+    What loading does to every position table (see
+    :meth:`~vitattn_mm.models.backbones.StagedBackbone.adapt_state_dict`),
+    so a file written at one input size loads into a model built for
+    another through any loader.
+    """
+    length = weight.shape[-2] - num_extra_tokens
+    if weight.dim() == 3 and length == grid_hw[0] * grid_hw[1]:
+        return weight
+    side = math.isqrt(max(length, 0))
+    if weight.dim() != 3 or side * side != length:
+        raise ValueError(
+            f'cannot resize the {name} of shape {tuple(weight.shape)}: '
+            f'expected (1, {num_extra_tokens} + N, C) with N a square')
+    MMLogger.get_current_instance().info(
+        f'Resize the {name} from {side}x{side} to '
+        f'{grid_hw[0]}x{grid_hw[1]}.')
+    return resize_pos_embed(weight, (side, side), grid_hw, mode,
+                            num_extra_tokens)
+
+
 class ResizablePosEmbed(nn.Module):
     """A learned ``(1, N, C)`` positional embedding on a pretraining grid.
 
     ``forward(hw)`` returns it resized to the running ``(H, W)`` grid, so the
-    module serves any input size. Resized copies are cached per size when no
-    gradient is being recorded (inference); during training the resize is
-    part of the graph and recomputed (it is tiny next to attention).
-    A checkpoint holding the embedding on another (square) grid is resized
-    when loaded, whichever loader is used.
+    module serves any input size. A checkpoint holding the table on another
+    (square) grid is resized when the backbone loads it, whichever loader is
+    used.
 
     Args:
         channels (int): Embedding channels C.
@@ -87,7 +119,6 @@ class ResizablePosEmbed(nn.Module):
         self.weight = nn.Parameter(
             torch.zeros(1, num_extra_tokens + self.grid_hw[0] *
                         self.grid_hw[1], channels))
-        self._cache: Dict[tuple, torch.Tensor] = {}
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -95,54 +126,10 @@ class ResizablePosEmbed(nn.Module):
             trunc_normal_(self.weight, std=self.init_std)
         else:
             nn.init.zeros_(self.weight)
-        self._cache.clear()
 
     def forward(self, hw: Tuple[int, int]) -> torch.Tensor:
-        if is_capturing():
-            # No int() and no cache: the grid stays symbolic in the graph.
-            return self._resize(self.weight, hw)
-        hw = (int(hw[0]), int(hw[1]))
-        if torch.is_grad_enabled() and self.weight.requires_grad:
-            return self._resize(self.weight, hw)
-        # The version counter changes on every in-place update (optimizer
-        # step, load_state_dict), which invalidates stale entries.
-        key = (hw, self.weight._version, self.weight.device,
-               self.weight.dtype)
-        cached = self._cache.get(key)
-        if cached is None:
-            self._cache = {k: v for k, v in self._cache.items()
-                           if k[1] == key[1]}
-            cached = self._resize(self.weight.detach(), hw)
-            self._cache[key] = cached
-        return cached
-
-    def _resize(self, weight: torch.Tensor, hw) -> torch.Tensor:
-        return resize_pos_embed(weight, self.grid_hw, hw, self.mode,
+        return resize_pos_embed(self.weight, self.grid_hw, hw, self.mode,
                                 self.num_extra_tokens)
-
-    def adapt_loaded(self, weight: torch.Tensor) -> torch.Tensor:
-        """Resize a checkpoint's embedding (square grid) to ``grid_hw``."""
-        if weight.shape == self.weight.shape:
-            return weight
-        length = weight.shape[-2] - self.num_extra_tokens
-        side = math.isqrt(max(length, 0))
-        if weight.dim() != 3 or side * side != length:
-            raise ValueError(
-                f'cannot resize a positional embedding of shape '
-                f'{tuple(weight.shape)}: expected (1, {self.num_extra_tokens}'
-                ' + N, C) with N a square')
-        MMLogger.get_current_instance().info(
-            f'Resize positional embedding from {side}x{side} to '
-            f'{self.grid_hw[0]}x{self.grid_hw[1]}.')
-        return resize_pos_embed(weight, (side, side), self.grid_hw,
-                                self.mode, self.num_extra_tokens)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        key = prefix + 'weight'
-        if key in state_dict:
-            state_dict[key] = self.adapt_loaded(state_dict[key])
-        self._cache.clear()
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return (f'channels={self.weight.shape[-1]}, grid_hw={self.grid_hw}, '

@@ -2,31 +2,37 @@
 and asked where it looks.
 
 Every attention in :data:`~vitattn_mm.registry.ATTENTIONS` is a
-:class:`TokenAttention`. Built by a skeleton with
-:func:`build_attention` (``embed_dims``, ``num_heads``, ``qkv_bias`` and,
-to those whose constructor takes them, what the skeleton knows: the stage's
-pretraining grid ``grid_size``, its ``sr_ratio``...), it is called on
-``(B, N, C)`` tokens laid out on an ``(H, W)`` grid::
+:class:`TokenAttention`. Built by a skeleton with :func:`build_attention`
+(``embed_dims``, ``num_heads``, ``qkv_bias`` and, to those whose
+constructor takes them, what the skeleton knows: the stage's pretraining
+grid ``grid_size``, its ``sr_ratio``...), it is called on ``(B, N, C)``
+tokens laid out on an ``(H, W)`` grid, always the same way::
 
-    out = attn(x, hw_shape)                  # most attentions
-    out, state = attn(x, hw_shape, state)    # ``stateful`` ones
+    out, state = attn(x, hw_shape, state)
 
-and returns tokens of the same shape. ``N`` is ``H * W``; attentions that
-are ``grid_free`` also take leading extra tokens (a class token).
+and returns tokens of the same shape with the state it hands on. ``N`` is
+``H * W``; attentions that are ``grid_free`` also take leading extra tokens
+(a class token).
 
-* ``state`` is an explicit :class:`AttentionState` object that a stateful
-  attention reads and returns (Less-Attention passes attention logits from
-  layer to layer and stage to stage). Skeletons thread it through every
-  block and hand ``state.aux_losses()`` to the task model; they know
-  nothing else of it.
+* ``state`` is an explicit :class:`AttentionState` (or None). Most
+  attentions hand it on untouched; ``stateful`` ones read and replace it
+  (Less-Attention passes attention logits from layer to layer and stage to
+  stage). Skeletons thread it through every block and hand
+  ``state.aux_losses()`` to the task model; they know nothing else of it.
 * Inside shifted windows the window wrapper
-  (:class:`~vitattn_mm.models.layers.WindowedAttention`) passes Swin's
-  additive ``(num_windows, N, N)`` shift mask as ``mask=`` to attentions
-  that ``takes_mask`` (softmax attentions); it refuses to shift the others.
+  (:class:`~vitattn_mm.models.attentions.WindowedAttention`) also passes
+  Swin's additive ``(num_windows, N, N)`` shift mask as ``mask=`` to
+  attentions that ``takes_mask`` (softmax attentions); it refuses to shift
+  the others.
 * ``query_attention(x, hw_shape, index[, state])`` returns a
   :class:`QueryAttention`: the weights the module mixes query ``index``'s
   values with, from the module's own formula (the attention-map tool draws
   it; no other file re-derives a family's formula).
+
+The capability flags are class attributes; where one depends on a
+constructor argument (a spatial reduction makes an attention grid-bound),
+:meth:`TokenAttention.supports` answers from the config, before anything is
+built.
 """
 import inspect
 from dataclasses import dataclass
@@ -34,12 +40,16 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.model import BaseModule
 
 from ...registry import ATTENTIONS
 
 Grid = Tuple[int, int]
+#: What every attention's forward returns.
+AttentionOutput = Tuple[torch.Tensor, Optional['AttentionState']]
+
+#: The capability flags of the protocol.
+CAPABILITIES = ('stateful', 'takes_mask', 'grid_free')
 
 
 @dataclass
@@ -92,10 +102,10 @@ class TokenAttention(BaseModule):
 
     Class attributes say how an attention may be called:
 
-    * ``stateful``: ``forward(x, hw_shape, state)`` returns
-      ``(out, state)``.
+    * ``stateful``: it reads and replaces the state (others hand it on).
     * ``takes_mask``: ``forward`` accepts ``mask=``, an additive
-      ``(num_windows, N, N)`` bias for windows batched image-major.
+      ``(num_windows, N, N)`` bias for windows batched image-major, so it
+      can run in shifted windows.
     * ``grid_free``: ``x`` may hold leading tokens beyond the ``H * W``
       grid (a class token), which the attention treats like the others.
     """
@@ -105,69 +115,46 @@ class TokenAttention(BaseModule):
     grid_free: bool = False
 
     @classmethod
+    def supports(cls, capability: str, cfg: Optional[dict] = None) -> bool:
+        """Whether an instance built from ``cfg`` (its constructor
+        arguments) has ``capability``; the class attribute unless a
+        constructor argument decides it."""
+        if capability not in CAPABILITIES:
+            raise ValueError(f'capability must be one of {CAPABILITIES}, got '
+                             f'{capability!r}')
+        return getattr(cls, capability)
+
+    @classmethod
+    def needs_window(cls) -> bool:
+        """Whether it only runs inside a window (its constructor requires
+        ``window_size``)."""
+        window = inspect.signature(cls).parameters.get('window_size')
+        return window is not None and window.default is inspect.Parameter.empty
+
+    @classmethod
     def layer_plan(cls, depths: Sequence[int]) -> List[List[dict]]:
         """Configs that put this attention in every block of stages of
         ``depths`` blocks: how the contract tests, the benchmark and the
         attention-map tool place any registered attention in a skeleton.
 
         By default this attention in every block, inside the window wrapper
-        when it can only run in a window (its constructor needs
-        ``window_size``); stateful attentions override it (e.g. an LA layer
-        follows a VA layer that keeps its logits).
+        when it can only run in a window; stateful attentions override it
+        (e.g. an LA layer follows a VA layer that keeps its logits).
         """
         cfg = dict(type=cls.__name__)
-        window = inspect.signature(cls).parameters.get('window_size')
-        if window is not None and window.default is inspect.Parameter.empty:
+        if cls.needs_window():
             cfg = dict(type='WindowedAttention', window_msa=cls.__name__)
         return [[dict(cfg) for _ in range(depth)] for depth in depths]
+
+    def forward(self, x: torch.Tensor, hw_shape: Grid,
+                state: Optional[AttentionState] = None) -> AttentionOutput:
+        raise NotImplementedError
 
     def query_attention(self, x: torch.Tensor, hw_shape: Grid,
                         index: int, *state) -> QueryAttention:
         raise NotImplementedError(
             f'{type(self).__name__} does not report where a query looks '
             '(query_attention)')
-
-
-def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``(B, N, C)`` -> ``(B, heads, N, C / heads)``."""
-    B, N, C = x.shape
-    return x.reshape(B, N, num_heads, C // num_heads).transpose(1, 2)
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """``(B, heads, N, d)`` -> ``(B, N, heads * d)``."""
-    B, h, N, d = x.shape
-    return x.transpose(1, 2).reshape(B, N, h * d)
-
-
-def softmax_attention(q: torch.Tensor,
-                      k: torch.Tensor,
-                      v: torch.Tensor,
-                      bias: Optional[torch.Tensor] = None,
-                      scale: Optional[float] = None,
-                      dropout_p: float = 0.,
-                      fused: bool = True) -> torch.Tensor:
-    """``softmax(q k^T * scale + bias) v`` over ``(..., N, d)`` heads.
-
-    The one softmax-attention kernel of the package: PyTorch's fused
-    ``scaled_dot_product_attention``, or (``fused=False``, and always while
-    exporting to ONNX, whose dynamo exporter cannot decompose SDPA with an
-    additive bias on symbolic sizes) the explicit matmul, softmax, matmul.
-    Both compute the same.
-    """
-    if bias is not None:
-        bias = bias.to(q.dtype)
-    if fused and not torch.onnx.is_in_onnx_export():
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
-    scale = q.shape[-1]**-0.5 if scale is None else scale
-    logits = (q * scale) @ k.transpose(-2, -1)
-    if bias is not None:
-        logits = logits + bias
-    probs = logits.softmax(dim=-1)
-    if dropout_p:
-        probs = F.dropout(probs, dropout_p)
-    return probs.to(v.dtype) @ v
 
 
 def attention_class(name: Union[str, type]) -> type:
@@ -178,6 +165,11 @@ def attention_class(name: Union[str, type]) -> type:
         raise KeyError(f'attention {name!r} is not registered; registered: '
                        f'{sorted(ATTENTIONS.module_dict)}')
     return cls
+
+
+def accepts(cls: type, argument: str) -> bool:
+    """Whether ``cls``'s constructor takes ``argument`` by name."""
+    return argument in inspect.signature(cls).parameters
 
 
 def build_attention(cfg: dict,
@@ -208,11 +200,6 @@ def build_attention(cfg: dict,
     for key, value in defaults.items():
         cfg.setdefault(key, value)
     return cls(**cfg)
-
-
-def accepts(cls: type, argument: str) -> bool:
-    """Whether ``cls``'s constructor takes ``argument`` by name."""
-    return argument in inspect.signature(cls).parameters
 
 
 def pass_on(cfg: dict, cls: type, **values) -> dict:

@@ -3,14 +3,16 @@
 mmengine's ``Pretrained`` initialiser unwraps only ``state_dict`` and loads
 with ``strict=False``, so an official ``{'model': ...}`` file silently loads
 nothing. :func:`load_pretrained` unwraps the usual containers, strips a
-``backbone.`` prefix, applies the family's key converter, resizes learned
-positional embeddings, and reports what was loaded, missing, unexpected or
-skipped for a shape mismatch. A file that matches no key, or fills less than
-``min_loaded_ratio`` (default half) of the model's weights, raises.
+``backbone.`` prefix, adapts the tensors as every load does (official
+layouts converted, older layouts migrated, position tables resized: the
+backbones' ``adapt_state_dict``), and reports what was loaded, missing,
+unexpected or skipped for a shape mismatch. A file that matches no key, or
+fills less than ``min_loaded_ratio`` (default half) of the model's weights,
+raises, and nothing is loaded.
 """
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -122,13 +124,26 @@ class LoadReport:
                                       *([hint] if hint else [])]))
 
 
+def adapt_for_model(model: nn.Module, state_dict: StateDict) -> StateDict:
+    """A copy of a model's state dict with every backbone's part adapted as
+    loading it will adapt it (each module with ``adapt_state_dict``, see
+    :meth:`~vitattn_mm.models.backbones.StagedBackbone.adapt_state_dict`),
+    to see what a load fills before it runs."""
+    metadata = getattr(state_dict, '_metadata', None) or {}
+    adapted = OrderedDict(state_dict)
+    for name, module in model.named_modules():
+        adapt = getattr(module, 'adapt_state_dict', None)
+        if callable(adapt):
+            adapt(adapted, f'{name}.' if name else '',
+                  metadata.get(name, {}).get('version'))
+    return adapted
+
+
 def match_state_dict(model: nn.Module, state_dict: StateDict,
                      checkpoint: str = 'checkpoint'
                      ) -> Tuple[StateDict, LoadReport]:
-    """Sort a state dict against ``model`` as loading it would.
-
-    Learned positional embeddings (:class:`ResizablePosEmbed`) are resized
-    to the model's grid first, as their ``_load_from_state_dict`` does.
+    """Sort a state dict (already adapted, :func:`adapt_for_model`)
+    against ``model`` as loading it would.
 
     Args:
         model (nn.Module): The model to fill.
@@ -139,17 +154,6 @@ def match_state_dict(model: nn.Module, state_dict: StateDict,
     Returns:
         tuple(dict, LoadReport): The loadable tensors, and the report.
     """
-    from .pos_embed import ResizablePosEmbed
-    state_dict = OrderedDict(state_dict)
-    for name, module in model.named_modules():
-        key = f'{name}.weight' if name else 'weight'
-        if isinstance(module, ResizablePosEmbed) and isinstance(
-                state_dict.get(key), torch.Tensor):
-            try:
-                state_dict[key] = module.adapt_loaded(state_dict[key])
-            except ValueError:
-                pass  # reported as a shape mismatch below
-
     model_state = model.state_dict()
     # BatchNorm's step counters are loaded but not counted as weights.
     counted = [k for k in model_state if not k.endswith('num_batches_tracked')]
@@ -209,8 +213,6 @@ def load_pretrained(model: nn.Module,
                     checkpoint: str,
                     prefix: Optional[str] = None,
                     state_dict_key: Optional[str] = None,
-                    convert: Optional[Callable[[StateDict],
-                                               StateDict]] = None,
                     map_location: str = 'cpu',
                     min_loaded_ratio: float = MIN_LOADED_RATIO) -> LoadReport:
     """Load a pretrained file into ``model`` and report what happened.
@@ -224,8 +226,6 @@ def load_pretrained(model: nn.Module,
             detector or segmentor.
         state_dict_key (str, optional): Container inside the file, e.g.
             ``'model_ema'``. Default: None (auto).
-        convert (callable, optional): Maps the file's key names (e.g. an
-            official release's) to the model's. Default: None.
         map_location (str): Default: 'cpu'.
         min_loaded_ratio (float): Smallest fraction of the model's weights
             (elements of its floating-point tensors) the file must fill; 0
@@ -248,18 +248,18 @@ def load_pretrained(model: nn.Module,
     elif not any(k in model_keys for k in state_dict) and any(
             k.startswith('backbone.') for k in state_dict):
         state_dict = strip_prefix(state_dict, 'backbone.')
-    if convert is not None:
-        state_dict = convert(state_dict)
-
+    state_dict = adapt_for_model(model, state_dict)
     loadable, report = match_state_dict(model, state_dict, checkpoint)
     report.check(
         min_loaded_ratio,
         hint=(f'First keys in the file: [{", ".join(list(state_dict)[:8])}]; '
               f'first keys of the model: [{", ".join(list(model_keys)[:8])}]'
-              '. Is it a checkpoint of this architecture (and, for another '
-              'layout, does the family converter in tools/model_converters/ '
-              'know it)? To accept a partial load on purpose, lower '
-              "min_loaded_ratio in the init_cfg (e.g. 0)."))
+              '. Is it a checkpoint of this architecture (and, for an '
+              'official layout, does the backbone convert it: '
+              'convert_weights=True)? To accept a partial load on purpose, '
+              'lower min_loaded_ratio in the init_cfg (e.g. 0).'))
+    # Adapted already: loading marks it as of the model's own versions.
+    loadable._metadata = getattr(model.state_dict(), '_metadata', None)
     model.load_state_dict(loadable, strict=False)
     print_log(report.summary(), logger=MMLogger.get_current_instance())
     return report

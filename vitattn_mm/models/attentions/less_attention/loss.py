@@ -1,0 +1,91 @@
+"""The Diagonality-Preserving loss of Less-Attention maps (paper Eq. 8-10),
+in our bounded form and as the paper prints it."""
+import torch
+import torch.nn.functional as F
+
+from ..base import Grid
+
+
+def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
+                                key_hw: Grid) -> torch.Tensor:
+    """Diagonality-Preserving loss of one attention map (paper Eq. 8-9).
+
+    Eq. 9 as printed sums raw logits and rewards a *smaller* diagonal; we
+    keep its intent, a symmetric map whose diagonal dominates each row, in a
+    bounded form that does not depend on the resolution:
+
+    * ``P = softmax(logits)`` in fp32; with ``N_q != N_k`` the queries are
+      average-pooled onto the key grid, giving an ``N_k x N_k`` map whose
+      rows still sum to 1 (row i: the attention of the queries in key cell
+      i);
+    * symmetry: ``mean_i sum_j |P_ij - P_ji| / 2`` (in [0, 1]);
+    * diagonality: ``mean_i relu(max_{j != i} P_ij - P_ii) / max_j P_ij``
+      (in [0, 1]; 0 when every diagonal entry is its row's maximum).
+
+    Means over rows, heads and images, never sums, so the value does not
+    grow with the number of tokens.
+
+    Args:
+        logits (Tensor): Pre-softmax attention ``(B, heads, N_q, N_k)``.
+        query_hw (tuple[int, int]): Query grid (``N_q`` tokens).
+        key_hw (tuple[int, int]): Key grid (``N_k`` tokens).
+
+    Returns:
+        Tensor: fp32 scalar, symmetry + diagonality terms.
+    """
+    B, h, Nq, Nk = logits.shape
+    with torch.autocast(logits.device.type, enabled=False):
+        probs = logits.float().softmax(dim=-1)
+        if tuple(query_hw) != tuple(key_hw):
+            columns = probs.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
+            probs = F.adaptive_avg_pool2d(columns, key_hw).reshape(
+                B, h, Nk, Nk).transpose(-2, -1)
+        asymmetry = (probs - probs.transpose(-2, -1)).abs().sum(-1).mean() / 2
+        diag = probs.diagonal(dim1=-2, dim2=-1)
+        off_diag = probs.masked_fill(
+            torch.eye(Nk, dtype=torch.bool, device=probs.device), 0)
+        excess = (off_diag.amax(dim=-1) - diag).clamp_min(0)
+        dominance = (excess / probs.amax(dim=-1)).mean()
+    return asymmetry + dominance
+
+
+def paper_diagonality_loss(logits: torch.Tensor, query_hw: Grid,
+                           key_hw: Grid) -> torch.Tensor:
+    """Diagonality-Preserving loss of one map as the paper prints it
+    (Eq. 9), for reproducing the paper as written.
+
+    On the pre-softmax map ``A``: ``sum_ij |A_ij - A_ji| + sum_i ((N - 1)
+    A_ii - sum_{j != i} A_ij)``, summed over the heads and averaged over the
+    images. It is unbounded below (growing the off-diagonal logits lowers
+    it without limit) and grows with the number of tokens; docs/lavit.md
+    measures what that does to training. With ``N_q != N_k`` the queries
+    are average-pooled onto the key grid first, as in
+    :func:`diagonality_preserving_loss`.
+
+    Args:
+        logits (Tensor): Pre-softmax attention ``(B, heads, N_q, N_k)``.
+        query_hw (tuple[int, int]): Query grid (``N_q`` tokens).
+        key_hw (tuple[int, int]): Key grid (``N_k`` tokens).
+
+    Returns:
+        Tensor: fp32 scalar.
+    """
+    B, h, Nq, Nk = logits.shape
+    with torch.autocast(logits.device.type, enabled=False):
+        A = logits.float()
+        if tuple(query_hw) != tuple(key_hw):
+            columns = A.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
+            A = F.adaptive_avg_pool2d(columns, key_hw).reshape(
+                B, h, Nk, Nk).transpose(-2, -1)
+        symmetry = (A - A.transpose(-2, -1)).abs().sum((-2, -1))
+        diag = A.diagonal(dim1=-2, dim2=-1)
+        off_diag = A.sum(-1) - diag
+        diagonality = ((Nk - 1) * diag - off_diag).sum(-1)
+    return (symmetry + diagonality).sum(1).mean()
+
+
+#: ``dp_loss_form`` -> the loss of one LA map.
+DP_LOSS_FORMS = {
+    'bounded': diagonality_preserving_loss,
+    'paper': paper_diagonality_loss,
+}

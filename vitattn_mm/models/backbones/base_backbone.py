@@ -1,0 +1,480 @@
+"""The staged backbone every skeleton is built on.
+
+A backbone is a stem (``patch_embed``, the same name in every skeleton),
+then ``stages``, each a :class:`Stage`: an optional patch embedding that
+opens it (PVT, CSwin, L2ViT after the first), an optional learned position
+embedding, its ``blocks``, an optional norm closing it on the main path
+(PVTv2), and an optional downsampling that ends it (Swin's patch merging).
+Output ``i`` is stage ``i``'s tokens through the output norm ``norm{i}``
+where the skeleton has one. :class:`StagedBackbone` owns what follows from
+that layout, once for every skeleton:
+
+* the arch zoo, the stock keywords that name arch settings
+  (:meth:`resolve_arch`) and the ``attn_cfgs`` grammar
+  (:meth:`resolve_attn_cfgs`);
+* the blocks of a stage (:meth:`build_blocks`: the drop-path schedule, the
+  attention built with what the skeleton knows);
+* the forward loop, which threads the attention state through every block
+  and stage and hands its auxiliary losses to the task model; gradient
+  checkpointing (per block);
+* ``frozen_stages``, ``norm_eval``, ``train()`` returning the module, with
+  each OpenMMLab package's meaning in that package's class
+  (:meth:`for_package`);
+* the one checkpoint path, which every loader takes
+  (:class:`~vitattn_mm.models.backbones.checkpoint_loading.CheckpointLoading`).
+"""
+from numbers import Integral
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as cp
+from mmengine.model import BaseModule, ModuleList
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..attentions.base import (AttentionState, Grid, attention_class,
+                               build_attention, pass_on)
+from ..attentions.windowed import WindowedAttention
+from ..layers.common import check_type, freeze_module, nlc_to_nchw
+from ..layers.stage import linear_drop_path_rates
+from . import packages
+from .checkpoint_loading import CheckpointLoading
+
+ArchZoo = Dict[Union[str, Tuple[str, ...]], dict]
+AttnCfgs = Union[None, dict, Sequence[Union[None, dict, Sequence[dict]]],
+                 Callable[[dict, List[Grid]], object]]
+class StagedBackbone(CheckpointLoading, BaseModule):
+    """Base class of the package's backbones (mmpretrain style).
+
+    A skeleton defines ``arch_zoo`` (names or tuples of aliases ->
+    settings), ``arch_keys`` (what a custom arch dict must give) and
+    ``arch_aliases`` (stock keywords naming arch settings), resolves its
+    arch with :meth:`resolve_arch`, calls ``super().__init__``, builds its
+    stem ``patch_embed`` and ``self.stages`` (blocks through
+    :meth:`build_blocks`), adds output norms with :meth:`add_output_norms`,
+    and overrides the small hooks of the forward loop where its layout
+    needs it (:meth:`forward_stem`, :meth:`close_stage`,
+    :meth:`format_output`).
+
+    Args:
+        num_stages (int): Number of stages (for a plain ViT: blocks).
+        out_indices (int | Sequence[int]): Stages whose outputs to return;
+            negative indices count from the end.
+        frozen_stages (int): -1 freezes nothing; ``k >= 0`` freezes the
+            stem and the first ``k`` stages (with the downsampling that
+            belongs to them and their output norms), as mmdet's and mmseg's
+            Swin and every OpenMMLab ResNet count; ``k = num_stages``
+            freezes everything. In mmpretrain's class of a Swin, ``k``
+            freezes what mmpretrain's Swin freezes (the stem and stages
+            ``0..k``). Default: -1.
+        norm_eval (bool): Keep BatchNorm layers in eval mode while training.
+            Default: False.
+        with_cp (bool): Gradient checkpointing of every block (the one place
+            it happens). Default: False.
+        convert_weights (bool): Convert official releases' key names when
+            loading (every loader); False loads only this package's and the
+            stock classes' layouts. Default: True.
+        pretrained (str, optional): Deprecated, as in mmdet: a checkpoint
+            loaded through ``init_cfg``. Default: None.
+        init_cfg (dict | list[dict], optional): ``dict(type='Pretrained',
+            checkpoint=PATH, prefix=None, state_dict_key=None,
+            min_loaded_ratio=0.5)`` loads a file and refuses one that fills
+            less than ``min_loaded_ratio`` of the backbone's weights;
+            ``type`` may be left out when ``checkpoint`` is given.
+            Default: None.
+    """
+
+    arch_zoo: ArchZoo = {}
+    arch_keys: Tuple[str, ...] = ()
+    #: Stock keywords that name an arch setting: ``{keyword: arch key}``
+    #: (mmdet's PVT says ``num_layers`` for ``depths``).
+    arch_aliases: Dict[str, str] = {}
+    #: Keyword defaults where the OpenMMLab packages' stock classes differ:
+    #: ``None`` -> the documented plain-Python defaults, a package name ->
+    #: that package's (only what differs). ``frozen_stages_offset`` says how
+    #: a package counts ``frozen_stages`` (mmpretrain's Swin: 1 further).
+    conventions: Dict[Optional[str], dict] = {None: {}}
+    #: The package whose conventions this class follows (None: plain
+    #: Python); set on the classes :meth:`for_package` makes.
+    package: Optional[str] = None
+    #: Smallest input side (pixels) the network can process.
+    min_input_size: int = 32
+    #: Whether ``frozen_stages=0`` freezes the stem (mmdet, mmseg); False
+    #: for skeletons that follow a stock class freezing nothing at 0
+    #: (mmpretrain's ViT).
+    freezes_stem_at_zero: bool = True
+
+    def __init__(self,
+                 num_stages: int,
+                 out_indices: Union[int, Sequence[int]],
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 convert_weights: bool = True,
+                 pretrained: Optional[str] = None,
+                 init_cfg: Optional[Union[dict, list]] = None):
+        if pretrained is not None:
+            if not isinstance(pretrained, str):
+                raise TypeError(f'pretrained must be a str or None, got '
+                                f'{type(pretrained).__name__}')
+            if init_cfg is not None:
+                raise ValueError('give init_cfg or pretrained, not both')
+            init_cfg = dict(type='Pretrained', checkpoint=pretrained)
+        if init_cfg is not None and not isinstance(init_cfg, (dict, list)):
+            raise TypeError('init_cfg must be a dict, a list or None, got '
+                            f'{type(init_cfg).__name__}')
+        super().__init__(init_cfg=init_cfg)
+        check_type('frozen_stages', frozen_stages, Integral)
+        most = num_stages - self.default('frozen_stages_offset', 0)
+        if not -1 <= frozen_stages <= most:
+            raise ValueError(
+                f'{type(self).__name__}: frozen_stages={frozen_stages} is '
+                f'out of range; it has {num_stages} stages, so valid values '
+                f'are -1 (freeze nothing) to {most} (everything).')
+        for name, value in (('norm_eval', norm_eval), ('with_cp', with_cp),
+                            ('convert_weights', convert_weights)):
+            check_type(name, value, bool)
+        self.num_stages = num_stages
+        self.out_indices = self.normalize_out_indices(out_indices,
+                                                      num_stages)
+        self.frozen_stages = int(frozen_stages)
+        self.norm_eval = norm_eval
+        self.with_cp = with_cp
+        self.convert_weights = convert_weights
+        self.stages = ModuleList()
+        # Dropout after position embeddings (skeletons with drop_rate set
+        # it); no parameters.
+        self.drop_after_pos = nn.Identity()
+        self._aux_losses: Optional[Dict[str, torch.Tensor]] = None
+
+    # -------------------------------------------------------- conventions
+    @classmethod
+    def default(cls, name: str, *fallback):
+        """The default of keyword ``name`` for this class's package."""
+        table = cls.conventions.get(cls.package) or {}
+        if name in table:
+            return table[name]
+        if fallback and name not in cls.conventions[None]:
+            return fallback[0]
+        return cls.conventions[None][name]
+
+    @classmethod
+    def for_package(cls, package: str) -> type:
+        """The class ``package``'s configs build: ``cls`` itself, or where
+        the package's stock classes differ from the documented defaults a
+        subclass with its conventions (made once, kept in
+        :mod:`~vitattn_mm.models.backbones.packages`)."""
+        namespace = getattr(packages, package)
+        variant = cls.__dict__.get('_package_variants', {}).get(package)
+        if variant is None:
+            variant = cls
+            if cls.conventions.get(package):
+                doc = (f'{cls.__name__} with {package}\'s conventions '
+                       f'({cls.conventions[package]}); see '
+                       f':class:`{cls.__module__}.{cls.__name__}`.')
+                variant = type(cls.__name__, (cls, ), dict(
+                    package=package, __doc__=doc,
+                    __module__=packages.__name__,
+                    __qualname__=f'{package}.{cls.__name__}'))
+            if '_package_variants' not in cls.__dict__:
+                cls._package_variants = {}
+            cls._package_variants[package] = variant
+        setattr(namespace, cls.__name__, variant)
+        return variant
+
+    # ----------------------------------------------------------- arguments
+    @classmethod
+    def arch_names(cls) -> Tuple[str, ...]:
+        names = []
+        for key in cls.arch_zoo:
+            names.extend([key] if isinstance(key, str) else key)
+        return tuple(names)
+
+    @classmethod
+    def parse_arch(cls, arch: Union[str, dict]) -> dict:
+        """Settings of a named arch, or a validated custom arch dict (stock
+        key names accepted, see :attr:`arch_aliases`)."""
+        if isinstance(arch, str):
+            for key, settings in cls.arch_zoo.items():
+                aliases = (key, ) if isinstance(key, str) else key
+                if arch.lower() in aliases:
+                    return dict(settings)
+            raise KeyError(f"Unknown arch '{arch}' for {cls.__name__}. "
+                           f'Valid arch names: {", ".join(cls.arch_names())}'
+                           f' (or a dict with keys {list(cls.arch_keys)}).')
+        if not isinstance(arch, dict):
+            raise TypeError(f'arch must be a str or a dict, got '
+                            f'{type(arch).__name__}')
+        arch = {cls.arch_aliases.get(k, k): v for k, v in arch.items()}
+        missing = [k for k in cls.arch_keys if k not in arch]
+        if missing:
+            raise KeyError(f'Custom arch for {cls.__name__} lacks {missing}; '
+                           f'it needs {list(cls.arch_keys)}.')
+        return dict(arch)
+
+    @classmethod
+    def resolve_arch(cls, arch: Union[str, dict], **overrides) -> dict:
+        """The arch settings: ``arch``'s, with the stock keywords given
+        (``overrides``, by their stock or arch names; None: not given)
+        overriding them. Lists become one entry per stage."""
+        settings = cls.parse_arch(arch)
+        for keyword, value in overrides.items():
+            if value is not None:
+                key = cls.arch_aliases.get(keyword, keyword)
+                settings[key] = list(value) if isinstance(
+                    value, (list, tuple)) else value
+        settings = cls.normalize_arch(settings)
+        cls.check_per_stage(settings)
+        return settings
+
+    @classmethod
+    def normalize_arch(cls, settings: dict) -> dict:
+        """Skeleton-specific forms of the settings (e.g. mmdet's PVT base
+        width); as they are by default."""
+        return settings
+
+    @staticmethod
+    def check_per_stage(arch: dict) -> None:
+        """Every list in a staged arch has one entry per stage."""
+        depths = arch.get('depths')
+        if not isinstance(depths, (list, tuple)):
+            return
+        for key, value in arch.items():
+            if isinstance(value, (list, tuple)) and len(value) != len(depths):
+                raise ValueError(f'arch {key} has {len(value)} entries; it '
+                                 f'needs one per stage ({len(depths)})')
+
+    @staticmethod
+    def normalize_out_indices(out_indices: Union[int, Sequence[int]],
+                              num_stages: int) -> Tuple[int, ...]:
+        if isinstance(out_indices, Integral):
+            out_indices = [out_indices]
+        if not isinstance(out_indices, (list, tuple)) or not all(
+                isinstance(i, Integral) for i in out_indices):
+            raise TypeError(f'out_indices must be an int or a sequence of '
+                            f'ints, got {out_indices!r}')
+        result = []
+        for index in out_indices:
+            if not -num_stages <= index < num_stages:
+                raise ValueError(f'out_indices {tuple(out_indices)} out of '
+                                 f'range for {num_stages} stages')
+            result.append(int(index) % num_stages)
+        return tuple(sorted(set(result)))
+
+    def check_input_size(self, x: torch.Tensor) -> None:
+        """Raise a clear error for inputs the network cannot process."""
+        if x.dim() != 4:
+            raise ValueError(f'{type(self).__name__} expects (B, C, H, W) '
+                             f'images, got shape {tuple(x.shape)}')
+        if min(x.shape[-2:]) < self.min_input_size:
+            raise ValueError(
+                f'{type(self).__name__} needs inputs of at least '
+                f'{self.min_input_size}x{self.min_input_size} pixels, got '
+                f'{x.shape[-2]}x{x.shape[-1]}.')
+
+    # ------------------------------------------------------------ building
+    @staticmethod
+    def resolve_attn_cfgs(attn_cfgs: AttnCfgs, arch: dict,
+                          depths: Sequence[int], grids: Sequence[Grid],
+                          default: Union[dict, Callable[[int, int], dict]]
+                          ) -> List[List[dict]]:
+        """``attn_cfgs`` as one config per block of every stage.
+
+        The grammar every skeleton shares: a dict (or None) serves every
+        stage; a list gives each stage its entry: a dict for all its
+        blocks, a list with one per block, or None for the skeleton's own
+        attention (``default``: a dict, or ``default(stage, block)``). A
+        family passes its attention plan as a callable ``plan(arch,
+        grids)`` returning any of these, given the resolved arch and the
+        stages' pretraining grids.
+        """
+        if callable(attn_cfgs):
+            attn_cfgs = attn_cfgs(arch, list(grids))
+        num_stages = len(depths)
+        if attn_cfgs is None or isinstance(attn_cfgs, dict):
+            attn_cfgs = [attn_cfgs] * num_stages
+        if not isinstance(attn_cfgs, (list, tuple)):
+            raise TypeError('attn_cfgs must be a dict, a list (one entry per '
+                            f'stage) or None, got {type(attn_cfgs).__name__}')
+        if len(attn_cfgs) != num_stages:
+            raise ValueError(f'attn_cfgs has {len(attn_cfgs)} entries for '
+                             f'{num_stages} stages')
+        resolved = []
+        for i, (cfg, depth) in enumerate(zip(attn_cfgs, depths)):
+            if cfg is None or isinstance(cfg, dict):
+                cfg = [cfg] * depth
+            elif len(cfg) != depth:
+                raise ValueError(f'attn_cfgs of stage {i} lists {len(cfg)} '
+                                 f'blocks; the stage has {depth}')
+            blocks = []
+            for j, block in enumerate(cfg):
+                if block is None:
+                    block = default(i, j) if callable(default) else default
+                elif not isinstance(block, dict):
+                    raise TypeError(f'attn_cfgs of stage {i}, block {j}: '
+                                    f'expected a dict or None, got '
+                                    f'{block!r}')
+                blocks.append(dict(block))
+            resolved.append(blocks)
+        return resolved
+
+    def build_blocks(self,
+                     stage: int,
+                     cfgs: Sequence[dict],
+                     make_block: Callable[[int, nn.Module, float],
+                                          nn.Module],
+                     drop_path_rate: float,
+                     num_blocks: int,
+                     context: Optional[dict] = None,
+                     settings: Optional[dict] = None,
+                     **defaults) -> ModuleList:
+        """The blocks of stage ``stage``, the one place they are built.
+
+        Block ``j`` gets the attention of ``cfgs[j]`` (with the skeleton's
+        ``settings`` its constructor takes, e.g. dropouts: a non-zero one it
+        cannot take raises; ``context``, e.g. the pretraining grid, to those
+        that take it; ``defaults`` such as ``embed_dims``) and the drop-path
+        rate of its place in the network's linear schedule over
+        ``num_blocks`` blocks: ``make_block(j, attention, drop_path)``.
+        Stages are built in order.
+        """
+        rates = linear_drop_path_rates(drop_path_rate, num_blocks)
+        start = sum(len(s.blocks) for s in self.stages[:stage])
+        blocks = ModuleList()
+        for j, cfg in enumerate(cfgs):
+            cfg = dict(cfg)
+            pass_on(cfg, self.configured_attention(cfg), **(settings or {}))
+            attn = build_attention(cfg, context=context, **defaults)
+            blocks.append(make_block(j, attn, rates[start + j]))
+        return blocks
+
+    @staticmethod
+    def configured_attention(cfg: dict) -> type:
+        """The attention a config builds, seen through a window wrapper
+        (whose keywords go to the attention inside)."""
+        cls = attention_class(cfg['type'])
+        if issubclass(cls, WindowedAttention):
+            return attention_class(cfg.get('window_msa', 'WindowMSA'))
+        return cls
+
+    def add_output_norms(self, widths: Sequence[int],
+                         build: Callable[[int], nn.Module]) -> None:
+        """One norm ``norm{i}`` per output stage (``build(width)``)."""
+        for i in self.out_indices:
+            self.add_module(f'norm{i}', build(widths[i]))
+
+    def block_attention(self, stage: int, block: int) -> Tuple[str, bool]:
+        """The attention of a block, by registered class name, and whether
+        it runs inside the window wrapper."""
+        attn = self.stages[stage].blocks[block].attn
+        if isinstance(attn, WindowedAttention):
+            return type(attn.w_msa).__name__, True
+        return type(attn).__name__, False
+
+    # ------------------------------------------------------------- forward
+    def forward(self, x: torch.Tensor) -> tuple:
+        self.check_input_size(x)
+        self._aux_losses = None
+        x, hw_shape = self.forward_stem(x)
+        outs, state = [], None
+        for i, stage in enumerate(self.stages):
+            if stage.patch_embed is not None:
+                x, hw_shape = stage.patch_embed(nlc_to_nchw(x, hw_shape))
+            if stage.pos_embed is not None:
+                x = self.drop_after_pos(x + stage.pos_embed(hw_shape))
+            for block in stage.blocks:
+                x, state = self.forward_block(block, x, hw_shape, state)
+            x = self.close_stage(i, x)
+            if i in self.out_indices:
+                outs.append(self.format_output(i, x, hw_shape))
+            if stage.downsample is not None:
+                x, hw_shape = stage.downsample(x, hw_shape)
+        if state is not None:
+            self.add_aux_losses(state)
+        return tuple(outs)
+
+    def forward_stem(self, x: torch.Tensor) -> Tuple[torch.Tensor, Grid]:
+        """The image through the stem: tokens and their grid."""
+        return self.patch_embed(x)
+
+    def forward_block(self, block: nn.Module, x: torch.Tensor,
+                      hw_shape: Grid, state: Optional[AttentionState]):
+        """``block(x, hw_shape, state)``, checkpointed with ``with_cp``."""
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(block, x, hw_shape, state,
+                                 use_reentrant=False)
+        return block(x, hw_shape, state)
+
+    def close_stage(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        """The main path after stage ``index``'s blocks: through the
+        stage's closing norm, if it has one."""
+        norm = self.stages[index].norm
+        return x if norm is None else norm(x)
+
+    def format_output(self, index: int, x: torch.Tensor,
+                      hw_shape: Grid) -> torch.Tensor:
+        """Stage ``index``'s output: through ``norm{index}`` if there is
+        one, as an NCHW map."""
+        norm = getattr(self, f'norm{index}', None)
+        return nlc_to_nchw(x if norm is None else norm(x), hw_shape)
+
+    # --------------------------------------------------- auxiliary losses
+    def add_aux_losses(self, state: AttentionState) -> None:
+        """Keep the state's auxiliary losses for the task model, in a
+        training pass with gradients only (evaluation, ``mode='tensor'``
+        and FLOP counting keep nothing)."""
+        if self.training and torch.is_grad_enabled():
+            self._aux_losses = dict(state.aux_losses()) or None
+
+    def pop_aux_losses(self) -> Dict[str, torch.Tensor]:
+        """The auxiliary losses of the last training forward pass (e.g.
+        Less-Attention's ``loss_dp``); clears them. The task models of
+        :mod:`vitattn_mm.models.aux_loss` add them to their losses."""
+        losses, self._aux_losses = self._aux_losses or {}, None
+        return losses
+
+    # ----------------------------------------------------- train / freeze
+    def stem_parameters(self) -> List[nn.Parameter]:
+        """Loose parameters of the stem besides ``patch_embed`` (a class
+        token, an absolute position embedding); none by default."""
+        return []
+
+    def stem_modules(self) -> List[nn.Module]:
+        """The stem's modules: ``patch_embed`` and what the skeleton adds
+        before the first stage."""
+        return [self.patch_embed]
+
+    def final_modules(self) -> List[nn.Module]:
+        """What only freezing every stage freezes beyond them (e.g. a ViT's
+        final norm); none by default."""
+        return []
+
+    def _freeze_stages(self) -> None:
+        k = self.frozen_stages
+        if k < 0 or (k == 0 and not self.freezes_stem_at_zero):
+            return
+        k += self.default('frozen_stages_offset', 0)
+        for module in self.stem_modules():
+            freeze_module(module)
+        for param in self.stem_parameters():
+            param.requires_grad = False
+        for i in range(k):
+            freeze_module(self.stages[i])
+            norm = getattr(self, f'norm{i}', None)
+            if norm is not None:
+                freeze_module(norm)
+        if k == self.num_stages:
+            for module in self.final_modules():
+                freeze_module(module)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for module in self.modules():
+                if isinstance(module, _BatchNorm):
+                    module.eval()
+        return self
+
+
+__all__ = ['StagedBackbone']

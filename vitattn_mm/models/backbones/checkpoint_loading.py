@@ -1,0 +1,137 @@
+"""The one checkpoint path of the backbones.
+
+Every loader (``load_state_dict``, mmengine's ``load_checkpoint``,
+``load_from``, ``resume`` and ``init_cfg``) reaches a backbone's
+``_load_from_state_dict``, and there a file's tensors are brought to the
+model once, in one place (:meth:`CheckpointLoading.adapt_state_dict`):
+official releases converted (one converter per skeleton, in timm's
+``checkpoint_filter_fn`` style, with the families' block converters
+registered here by the attention they convert), stock and older layouts
+migrated (version-gated), and learned position tables resized to the
+model's grids.
+"""
+from collections import OrderedDict
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+
+from ..attentions.base import Grid
+from ..layers.pos_embed import ResizablePosEmbed, resize_loaded_pos_embed
+from ..loading import MIN_LOADED_RATIO, LoadReport, StateDict, load_pretrained
+
+#: ``(prefix, official name, tensor) -> {our key: tensor}``: one official
+#: tensor of a block.
+BlockConverter = Callable[[str, str, torch.Tensor], StateDict]
+
+#: Official-layout block converters of the families, by skeleton and
+#: attention class name (:func:`register_block_converter`).
+BLOCK_CONVERTERS: Dict[Tuple[str, str], BlockConverter] = {}
+
+
+def register_block_converter(skeleton: str, attention: str):
+    """Register ``fn(prefix, name, value) -> {our key: tensor}`` as the
+    converter of one official tensor of a ``skeleton`` block whose attention
+    is ``attention`` (a registered name), e.g. FLatten's blocks in official
+    Swin files. The skeleton's converter dispatches on the attention the
+    model has in that block."""
+
+    def _register(fn):
+        BLOCK_CONVERTERS[(skeleton, attention)] = fn
+        return fn
+
+    return _register
+
+
+class CheckpointLoading:
+    """What a :class:`~vitattn_mm.models.backbones.StagedBackbone` does with
+    a state dict it is given (a mixin of it). Skeletons override
+    :meth:`convert_official`, :meth:`migrate_layout` and
+    :meth:`position_tables`."""
+
+    #: What the last ``Pretrained`` load did (set by :meth:`init_weights`).
+    load_report: Optional[LoadReport] = None
+    #: Layout version of the state dict. 2: vitattn_mm 0.4 (one stem
+    #: ``patch_embed``). Files of older versions, of the stock classes and
+    #: official releases are adapted when loaded (:meth:`adapt_state_dict`).
+    _version = 2
+
+    def convert_official(self, state_dict: StateDict) -> StateDict:
+        """An official release's tensors under this backbone's names;
+        other layouts pass through (the skeleton's converter; identity by
+        default)."""
+        return state_dict
+
+    def migrate_layout(self, state_dict: StateDict) -> StateDict:
+        """Tensors of the stock classes' layouts (mmdet's, mmseg's,
+        mmpretrain's) and of this package's earlier versions under today's
+        names; today's pass through (nothing by default)."""
+        return state_dict
+
+    def position_tables(self) -> Dict[str, Tuple[Grid, str, int]]:
+        """Learned position tables by state-dict key: their grid,
+        interpolation mode and leading extra tokens. Every
+        :class:`ResizablePosEmbed`; skeletons add tables of their own."""
+        return {
+            f'{name}.weight': (m.grid_hw, m.mode, m.num_extra_tokens)
+            for name, m in self.named_modules()
+            if isinstance(m, ResizablePosEmbed)
+        }
+
+    def adapt_state_dict(self, state_dict: dict, prefix: str = '',
+                         version: Optional[int] = None) -> None:
+        """Bring a file's tensors under ``prefix`` to this backbone, in
+        place: the one checkpoint path, which every loader takes
+        (``load_state_dict``, mmengine's ``load_checkpoint``, ``load_from``,
+        ``resume``, ``init_cfg``) through ``_load_from_state_dict``.
+
+        Files of an older layout version (or none: stock classes' files,
+        official releases, stripped state dicts) are converted
+        (:meth:`convert_official`, with ``convert_weights``) and migrated
+        (:meth:`migrate_layout`); then every position table learned on
+        another grid is resized to this model's (:meth:`position_tables`).
+        """
+        if version is None or version < self._version:
+            keys = [k for k in state_dict if k.startswith(prefix)]
+            own = OrderedDict(
+                (k[len(prefix):], state_dict.pop(k)) for k in keys)
+            if self.convert_weights:
+                own = self.convert_official(own)
+            own = self.migrate_layout(own)
+            state_dict.update((prefix + k, v) for k, v in own.items())
+        for key, (grid, mode, extra) in self.position_tables().items():
+            value = state_dict.get(prefix + key)
+            if isinstance(value, torch.Tensor):
+                try:
+                    state_dict[prefix + key] = resize_loaded_pos_embed(
+                        value, grid, mode, extra, name=key)
+                except ValueError:
+                    pass  # reported as a shape mismatch by the loader
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata,
+                              *args, **kwargs):
+        self.adapt_state_dict(state_dict, prefix,
+                              local_metadata.get('version'))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata,
+                                      *args, **kwargs)
+
+    def init_weights(self) -> None:
+        cfg = self.init_cfg
+        # mmdet users often write init_cfg=dict(checkpoint=...) without a
+        # type; mmengine would fail on it with a bare KeyError.
+        pretrained = isinstance(cfg, dict) and (
+            cfg.get('type') == 'Pretrained'
+            or ('type' not in cfg and 'checkpoint' in cfg))
+        if not pretrained:
+            super().init_weights()
+            return
+        if 'checkpoint' not in cfg:
+            raise KeyError("init_cfg of type 'Pretrained' needs 'checkpoint'")
+        self.load_report = load_pretrained(
+            self,
+            cfg['checkpoint'],
+            prefix=cfg.get('prefix'),
+            state_dict_key=cfg.get('state_dict_key'),
+            map_location=cfg.get('map_location', 'cpu'),
+            min_loaded_ratio=cfg.get('min_loaded_ratio', MIN_LOADED_RATIO))
+        self._is_init = True
+

@@ -1,0 +1,58 @@
+"""What a staged backbone is made of: its stages, the stochastic-depth
+schedule over their blocks, and the initialisation Swin, PVT and their
+offspring share."""
+from typing import List, Optional
+
+import torch.nn as nn
+from mmengine.model import BaseModule
+from mmengine.model.weight_init import trunc_normal_
+
+
+def linear_drop_path_rates(rate: float, num_blocks: int) -> List[float]:
+    """Stochastic depth growing linearly from 0 to ``rate`` over the blocks
+    (plain floats, so models also build on the meta device)."""
+    return [rate * i / max(num_blocks - 1, 1) for i in range(num_blocks)]
+
+
+def init_linear_and_norm(module: nn.Module) -> None:
+    """timm's ViT initialisation, shared by Swin, PVT and their offspring:
+    truncated-normal (std 0.02) Linear weights, zero biases, unit
+    LayerNorms. Use with ``model.apply``."""
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class Stage(BaseModule):
+    """One stage of a :class:`StagedBackbone` (attributes left None are
+    absent, so they take no keys in the state dict).
+
+    Args:
+        blocks (nn.ModuleList): The blocks, ``block(x, hw, state) ->
+            (x, state)``.
+        patch_embed (nn.Module, optional): Opens the stage: an NCHW map ->
+            ``(tokens, hw)``. Default: None.
+        pos_embed (nn.Module, optional): ``pos_embed(hw)`` is added to the
+            tokens. Default: None.
+        norm (nn.Module, optional): Closes the stage on the main path.
+            Default: None.
+        downsample (nn.Module, optional): Ends the stage after its output:
+            ``(tokens, hw) -> (tokens, hw)``. Default: None.
+    """
+
+    def __init__(self,
+                 blocks: nn.ModuleList,
+                 patch_embed: Optional[nn.Module] = None,
+                 pos_embed: Optional[nn.Module] = None,
+                 norm: Optional[nn.Module] = None,
+                 downsample: Optional[nn.Module] = None):
+        super().__init__()
+        self.patch_embed = patch_embed
+        self.pos_embed = pos_embed
+        self.blocks = blocks
+        self.norm = norm
+        self.downsample = downsample
