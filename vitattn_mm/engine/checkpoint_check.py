@@ -10,7 +10,8 @@ from mmengine.hooks import Hook
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..models.backbones import StagedBackbone, packages
+from ..models.backbones import packages
+from ..models.backbones.base_backbone import StagedBackbone
 from ..models.loading import (MIN_LOADED_RATIO, adapt_for_model,
                               match_state_dict, unwrap_state_dict)
 

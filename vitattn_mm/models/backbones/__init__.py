@@ -1,5 +1,4 @@
 # The skeletons, then the families that configure them.
-from .base_backbone import StagedBackbone  # noqa: F401
 from .cswin import AttnCSwinTransformer  # noqa: F401
 from .flatten import (FLattenCSwinTransformer, FLattenDeiT,  # noqa: F401
                       FLattenPVT, FLattenPVTv2, FLattenSwinTransformer)
