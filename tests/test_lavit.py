@@ -9,18 +9,22 @@ import torch.nn.functional as F
 
 from vitattn_mm.models.aux_loss import (AuxLossImageClassifier,
                                         AuxLossRetinaNet, pop_aux_losses)
-from vitattn_mm.models.backbones.lavit import (AttentionResidual,
-                                               ConvAttentionTransform,
-                                               DenseAttentionTransform, LaViT,
-                                               LessAttention,
-                                               LessAttentionState,
-                                               VanillaAttention,
-                                               diagonality_preserving_loss,
-                                               paper_diagonality_loss)
+from vitattn_mm.models.attentions.less_attention.layers import (
+    LessAttention, VanillaAttention)
+from vitattn_mm.models.attentions.less_attention.loss import (
+    diagonality_preserving_loss, paper_diagonality_loss)
+from vitattn_mm.models.attentions.less_attention.residual import \
+    AttentionResidual
+from vitattn_mm.models.attentions.less_attention.state import \
+    LessAttentionState
+from vitattn_mm.models.attentions.less_attention.transforms import (
+    ConvAttentionTransform, DenseAttentionTransform)
+from vitattn_mm.models.backbones.lavit import LaViT
 
-# Small widths. Stage 2 starts with a fused-attention VA layer (the
-# residual enters as its mask), stage 3 has a VA layer then two chained LA
-# layers, stage 4 a VA then an LA layer.
+# Small widths. Stage 2 starts with a VA layer that keeps no logits (the
+# residual enters the fused kernel as its mask), stage 3 has a VA layer
+# keeping its logits then two chained LA layers, stage 4 a VA then an LA
+# layer.
 TINY = dict(
     embed_dims=[16, 32, 64, 128],
     depths=[1, 2, 3, 2],
@@ -106,11 +110,12 @@ def _naive_reduce(attn, x, hw):
                         norm.bias, norm.eps)
 
 
-@pytest.mark.parametrize('keep_logits', [True, 'factors', False])
+@pytest.mark.parametrize('keep_logits', [True, False])
 def test_vanilla_attention_matches_naive_softmax_attention(keep_logits):
     """Softmax attention over the reduced keys, plus the Attention Residual
-    of the previous stage's logits (from the state), on the fused and the
-    explicit path; gradients reach the residual."""
+    of the previous stage's logits (from the state), through the fused
+    kernel whether or not the logits are kept (then as their factors, which
+    multiply out to the naive logits); gradients reach the residual."""
     torch.manual_seed(0)
     attn = VanillaAttention(32, 4, sr_ratio=2, keep_logits=keep_logits,
                             residual=dict(type='conv', in_heads=2))
@@ -135,6 +140,12 @@ def test_vanilla_attention_matches_naive_softmax_attention(keep_logits):
     torch.testing.assert_close(grad, attn.residual.head_proj.weight.grad,
                                rtol=1e-4, atol=1e-5)
     if keep_logits:
+        # Kept as factors (q * scale, k, bias): no map is built here.
+        assert state.logits is None
+        q_kept, k_kept, bias_kept = state.factors
+        torch.testing.assert_close(q_kept, q / math.sqrt(8))
+        torch.testing.assert_close(k_kept, k)
+        torch.testing.assert_close(bias_kept, bias)
         torch.testing.assert_close(state.scores(), ref_logits)
         assert (state.query_hw, state.key_hw) == (hw, (4, 5))
     else:
@@ -171,7 +182,7 @@ def test_attention_residual_matches_naive_with_kept_or_factored_logits(
     grads = torch.autograd.grad(ref.square().sum(), (q, k, bias))
     for state in (LessAttentionState(q @ k.transpose(-2, -1) + bias, src_hw,
                                      (4, 5)),
-                  LessAttentionState(factors=(q, k, bias, None),
+                  LessAttentionState(factors=(q, k, bias),
                                      query_hw=src_hw, key_hw=(4, 5))):
         out = ar(state, dst_hw)
         torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
@@ -555,7 +566,8 @@ def test_detector_loss_dict_has_loss_dp_and_gradients_reach_la_and_ar(
     backbone = retinanet.backbone
     la = backbone.stages[2].blocks[1].attn.transform
     params = [la.key_conv.weight, la.query_conv.weight, la.head_mix.weight]
-    for stage in (1, 2, 3):  # into a fused VA layer (1) and explicit ones
+    # Into a VA layer keeping no logits (stage 1) and ones keeping them.
+    for stage in (1, 2, 3):
         ar = backbone.stages[stage].blocks[0].attn.residual
         params += [
             ar.downsample.weight, ar.head_proj.weight, ar.layer_scale.weight
@@ -649,30 +661,3 @@ def test_bf16_autocast_full_resolution_is_finite():
     assert la_logits[5].dtype == torch.bfloat16  # attention ran in bf16
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
 
-
-@pytest.mark.parametrize('hw', [(75, 101), (64, 64)])
-def test_banded_inference_matches_the_map_in_one_piece(hw):
-    """At inference the LA layers transform and apply large maps in bands
-    of query rows (with the transform's halo): outputs and the logits they
-    pass on as in one piece, for bands of one row and more."""
-    torch.manual_seed(0)
-    model = LaViT(TINY).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    x = torch.randn(1, 3, *hw)
-    la = [b.attn for s in model.stages for b in s.blocks
-          if isinstance(b.attn, LessAttention)]
-    captured = _capture_logits(model, stage=2)
-    with torch.no_grad():
-        ref = model(x)
-        ref_logits = dict(captured)
-        for band in (1, 300, 1000):  # elements: one row or a few
-            for attn in la:
-                attn.band_elements = band
-            outs = model(x)
-            for a, b in zip(outs, ref):
-                torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-            for j, logits in captured.items():
-                torch.testing.assert_close(logits, ref_logits[j], rtol=0,
-                                           atol=1e-6)

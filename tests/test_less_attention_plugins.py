@@ -13,9 +13,11 @@ from mmengine.config import Config
 from vitattn_mm.models.aux_loss import pop_aux_losses
 from vitattn_mm.models.backbones import (AttnSwinTransformer, AttnViT,
                                          LessAttnSwinTransformer, LessAttnViT)
-from vitattn_mm.models.backbones.lavit import (LessAttentionState,
-                                               WindowAttentionResidual)
-from vitattn_mm.models.layers import WindowedAttention
+from vitattn_mm.models.attentions import WindowedAttention
+from vitattn_mm.models.attentions.less_attention.residual import \
+    WindowAttentionResidual
+from vitattn_mm.models.attentions.less_attention.state import \
+    LessAttentionState
 
 SWIN = dict(embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
 VIT = dict(embed_dims=32, depth=4, num_heads=2)
@@ -245,7 +247,7 @@ TABLE5 = [
 
 
 def _flops_and_params(cfg):
-    from vitattn_mm.utils.flops import count_complexity
+    from vitattn_tools.flops import count_complexity
     result = count_complexity(cfg, (224, 224))
     return result.total_flops('full') / 1e9, result.total_params / 1e6
 
