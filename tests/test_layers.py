@@ -6,14 +6,18 @@ import torch
 from mmcv.cnn.bricks.transformer import AdaptivePadding
 from mmpretrain.models.utils.attention import ShiftWindowMSA, WindowMSA
 
-from vitattn_mm.models.backbones.swin import WindowMSA as OurWindowMSA
+from vitattn_mm.models.attentions import WindowedAttention
+from vitattn_mm.models.attentions import WindowMSA as OurWindowMSA
+from vitattn_mm.models.attentions import pass_on, softmax_attention
+from vitattn_mm.models.backbones import AttnPVT
+from vitattn_mm.models.backbones.base_backbone import StagedBackbone
 from vitattn_mm.models.layers import (CornerPadding, RelativePositionBias,
-                                      ResizablePosEmbed, StagedBackbone,
-                                      WindowedAttention, crop_tokens,
-                                      pad_to_multiple, pass_on,
-                                      resolve_attn_cfgs, shifted_window_mask,
-                                      softmax_attention, window_partition,
-                                      window_reverse)
+                                      ResizablePosEmbed, crop_tokens,
+                                      pad_to_multiple, relative_position_bias,
+                                      resize_pos_embed, shifted_window_mask,
+                                      window_partition, window_reverse)
+
+resolve_attn_cfgs = StagedBackbone.resolve_attn_cfgs
 
 
 @pytest.mark.parametrize('hw', [(7, 7), (9, 13), (1, 20)])
@@ -45,16 +49,21 @@ def test_relative_position_bias_matches_mmpretrain():
     torch.testing.assert_close(ours(), expected)
     # Derived buffers stay out of checkpoints.
     assert list(ours.state_dict()) == ['relative_position_bias_table']
+    # Swin's WindowMSA keeps the table and the saved index as mmpretrain's
+    # does, and reads the bias through the same function.
+    swin = OurWindowMSA(8, 2, window_size=(5, 5))
+    swin.load_state_dict(reference.state_dict(), strict=True)
+    torch.testing.assert_close(relative_position_bias(swin), expected)
 
 
-def test_pos_embed_resize_and_cache():
+def test_pos_embed_resize():
     embed = ResizablePosEmbed(6, (4, 4))
     assert embed((4, 4)) is embed.weight
     with torch.no_grad():
         first = embed((5, 7))
         assert first.shape == (1, 35, 6)
-        assert embed((5, 7)) is first  # cached at inference
-        embed.weight.add_(1.0)  # an optimizer step invalidates the cache
+        assert torch.equal(embed((5, 7)), first)
+        embed.weight.add_(1.0)  # an optimizer step changes the result
         assert not torch.equal(embed((5, 7)), first)
     out = embed((5, 7))  # training: part of the graph
     out.sum().backward()
@@ -62,10 +71,20 @@ def test_pos_embed_resize_and_cache():
 
 
 def test_pos_embed_resizes_checkpoint_on_load():
-    small = ResizablePosEmbed(3, (2, 2))
-    big = ResizablePosEmbed(3, (4, 4))
-    small.load_state_dict(big.state_dict())
-    assert small.weight.shape == (1, 4, 3)
+    """A position table learned on another grid is resized when the
+    backbone loads it (any loader: here plain ``load_state_dict``)."""
+    arch = dict(embed_dims=[8, 16, 32, 64], depths=[1, 1, 1, 1],
+                num_heads=[1, 2, 2, 4], mlp_ratios=[4, 4, 4, 4])
+    torch.manual_seed(0)
+    small = AttnPVT(arch, pretrain_img_size=64)
+    big = AttnPVT(arch, pretrain_img_size=128)
+    small.load_state_dict(big.state_dict(), strict=True)
+    table = small.stages[0].pos_embed
+    assert table.grid_hw == (16, 16) and table.weight.shape == (1, 256, 8)
+    torch.testing.assert_close(
+        table.weight,
+        resize_pos_embed(big.stages[0].pos_embed.weight, (32, 32),
+                         (16, 16)))
 
 
 class _Zoo(StagedBackbone):
@@ -123,7 +142,9 @@ def test_windowed_window_msa_is_mmpretrains_shift_window_msa(
         with pytest.raises(ValueError, match='smaller than the window'):
             ours(x, hw)
         return
-    torch.testing.assert_close(ours(x, hw), ref(x, hw), rtol=0, atol=1e-6)
+    out, state = ours(x, hw)
+    assert state is None  # stateless: hands on the state it got
+    torch.testing.assert_close(out, ref(x, hw), rtol=0, atol=1e-6)
     assert isinstance(ours.w_msa, OurWindowMSA)
 
 
@@ -134,13 +155,6 @@ def test_window_wrapper_refuses_to_shift_an_attention_without_mask():
     unshifted = WindowedAttention(16, 2, window_size=(4, 5),
                                   window_msa='FocusedLinearAttention')
     assert unshifted.w_msa.positional_encoding.grid_hw == (4, 5)
-
-
-def test_window_wrapper_moves_keys_of_unwrapped_files_under_w_msa():
-    ours = WindowedAttention(16, 2, window_msa='LocalWindowAttention')
-    flat = {k[len('w_msa.'):]: v for k, v in ours.state_dict().items()}
-    ours.migrate_keys(flat)
-    assert flat.keys() == ours.state_dict().keys()
 
 
 @pytest.mark.parametrize('hw', [(8, 8), (9, 13), (1, 3)])
@@ -154,8 +168,8 @@ def test_softmax_kernel_fused_equals_explicit():
     q, k, v = (torch.randn(2, 3, 5, 7, 8) for _ in range(3))
     bias = torch.randn(3, 1, 7, 7)  # (windows, 1, N, N)
     torch.testing.assert_close(
-        softmax_attention(q, k, v, bias, 0.3),
-        softmax_attention(q, k, v, bias, 0.3, fused=False))
+        softmax_attention(q, k, v, bias, scale=0.3),
+        softmax_attention(q, k, v, bias, scale=0.3, fused=False))
 
 
 def test_attn_cfgs_grammar():
@@ -163,18 +177,27 @@ def test_attn_cfgs_grammar():
     dict for its blocks, a list per block, None the skeleton's own."""
     own = dict(type='Own')
     a, b = dict(type='A'), dict(type='B')
-    assert resolve_attn_cfgs(None, [1, 2], own) == [[own], [own, own]]
-    assert resolve_attn_cfgs(a, [1, 2], own) == [[a], [a, a]]
-    assert resolve_attn_cfgs([None, [a, b]], [1, 2], own) == [[own], [a, b]]
-    assert resolve_attn_cfgs(
-        [None, None], [1, 2],
-        lambda i, j: dict(type=f'{i}{j}'))[1] == [dict(type='10'),
-                                                  dict(type='11')]
+    arch, depths, grids = dict(depths=[1, 2]), [1, 2], [(8, 8), (4, 4)]
+
+    def resolve(cfgs, default=own):
+        return resolve_attn_cfgs(cfgs, arch, depths, grids, default)
+
+    assert resolve(None) == [[own], [own, own]]
+    assert resolve(a) == [[a], [a, a]]
+    assert resolve([None, [a, b]]) == [[own], [a, b]]
+    assert resolve([None, None],
+                   lambda i, j: dict(type=f'{i}{j}'))[1] == [dict(type='10'),
+                                                             dict(type='11')]
+    # A family's plan is called with the arch and the pretraining grids.
+    seen = []
+    assert resolve(lambda arch_, grids_: seen.append((arch_, grids_)) or
+                   [a, None]) == [[a], [own, own]]
+    assert seen == [(arch, grids)]
     with pytest.raises(ValueError, match='3 entries for 2 stages'):
-        resolve_attn_cfgs([a, a, a], [1, 2], own)
+        resolve([a, a, a])
     with pytest.raises(ValueError, match='stage 1 lists 1 blocks; the stage '
                        'has 2'):
-        resolve_attn_cfgs([a, [b]], [1, 2], own)
+        resolve([a, [b]])
 
 
 def test_pass_on_gives_what_an_attention_takes_and_refuses_the_rest():
