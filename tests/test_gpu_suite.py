@@ -1,0 +1,168 @@
+"""benchmarks/gpu_suite.py: the prepared GPU run, rehearsed on the CPU.
+
+The suite's ``--smoke`` mode runs every section on the CPU with tiny archs
+and sizes, in a subprocess as the GPU session will; the tables it leaves
+must hold one row per model (or attention) and setting, with finite numbers
+wherever the measurement ran. The budget and time-limit helpers are tested
+in-process.
+"""
+import csv
+import importlib.util
+import json
+import math
+import os.path as osp
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SCRIPT = osp.join(ROOT, 'benchmarks', 'gpu_suite.py')
+
+
+def _load_suite():
+    spec = importlib.util.spec_from_file_location('gpu_suite', SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # torch only; main() imports vitattn_mm
+    return module
+
+
+suite = _load_suite()
+
+
+def _rows(out, name):
+    with open(osp.join(out, f'{name}.csv')) as f:
+        return list(csv.DictReader(f))
+
+
+def _finite(value):
+    return value not in ('', None) and math.isfinite(float(value))
+
+
+@pytest.fixture(scope='module')
+def smoke_run(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp('gpu_smoke'))
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, '--device', 'cpu', '--smoke', '--out', out],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout, time.perf_counter() - start
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_every_table(smoke_run):
+    out, stdout, _ = smoke_run
+    for name in ('env.json', 'train.csv', 'numerics.csv', 'core.csv',
+                 'compile.csv', 'summary.md'):
+        assert osp.isfile(osp.join(out, name)), name
+    summary = open(osp.join(out, 'summary.md')).read()
+    for title in suite.SECTION_TITLES.values():
+        assert f'## {title}' in summary
+    assert '## Headline' in summary and '**' in summary
+    assert 'Headline' in stdout  # printed last: the device reply's tail
+    env = json.load(open(osp.join(out, 'env.json')))
+    assert env['device'] == 'cpu' and env['torch'] and env['smoke'] is True
+    assert env['arch_errors'] == {}  # every real arch name exists
+    assert set(env['section_s']) == set(suite.SECTIONS)
+
+
+@pytest.mark.slow
+def test_smoke_train_rows(smoke_run):
+    out = smoke_run[0]
+    rows = _rows(out, 'train')
+    settings = suite.Settings.smoke()
+    expected = {(s.label, f'{h}x{w}', p) for s in suite.MODEL_SPECS
+                for h, w in settings.resolutions for p in suite.PRECISIONS}
+    got = [(r['model'], f"{r['height']}x{r['width']}", r['precision'])
+           for r in rows]
+    assert sorted(got) == sorted(expected)  # one row each, no more
+    for r in rows:
+        assert r['status'] == 'ok', r
+        assert float(r['images_per_s']) > 0 and _finite(r['step_ms'])
+        if r['role'] == 'family':
+            assert r['baseline'] == suite.SPECS[r['model']].baseline
+            assert _finite(r['speed_ratio']), r
+
+
+@pytest.mark.slow
+def test_smoke_numerics_rows(smoke_run):
+    rows = _rows(smoke_run[0], 'numerics')
+    expected = {(s.label, p) for s in suite.MODEL_SPECS
+                for p in ('fp16', 'bf16')}
+    assert sorted((r['model'], r['precision']) for r in rows) == \
+        sorted(expected)
+    for r in rows:
+        assert r['status'] == 'ok', r
+        assert r['finite'] == 'True', r
+        assert int(r['steps_run']) == int(r['steps'])
+        assert _finite(r['first_loss']) and _finite(r['last_loss'])
+        if r['precision'] == 'fp16':
+            assert 0 <= int(r['skipped_steps']) <= int(r['steps'])
+            assert _finite(r['final_scale'])
+
+
+@pytest.mark.slow
+def test_smoke_core_rows(smoke_run):
+    rows = _rows(smoke_run[0], 'core')
+    grids = [f'{h}x{w}' for h, w in suite.Settings.smoke().core_grids]
+    modules = [r for r in rows if r['family'] != 'reference']
+    assert sorted((r['attention'], r['family'], r['grid'], r['precision'])
+                  for r in modules) == sorted(
+        (c.label, c.family, g, p) for c in suite.CORE_SPECS for g in grids
+        for p in ('fp32', 'bf16'))
+    references = {(r['grid'], r['embed_dims'], r['heads'], r['precision'])
+                  for r in rows if r['family'] == 'reference'}
+    assert references == {(g, str(c.embed_dims), str(c.num_heads), p)
+                          for c in suite.CORE_SPECS for g in grids
+                          for p in ('fp32', 'bf16')}
+    for r in rows:
+        assert r['status'] == 'ok', r
+        assert float(r['fwd_bwd_ms']) > 0
+        if r['family'] != 'reference':
+            assert _finite(r['sdpa_ms']) and _finite(r['time_ratio']), r
+
+
+@pytest.mark.slow
+def test_smoke_compile_rows(smoke_run):
+    rows = _rows(smoke_run[0], 'compile')
+    assert sorted(r['model'] for r in rows) == sorted(suite.SPECS)
+    compiled = suite.Settings.smoke().compile_models
+    for r in rows:
+        if r['model'] not in compiled:
+            assert r['status'] == 'skipped'
+            continue
+        assert r['status'] == 'ok', r
+        for key in ('eager_ms', 'compiled_ms', 'speedup', 'compile_s'):
+            assert _finite(r[key]), (key, r)
+        assert int(r['graphs']) >= 1 and int(r['recompiled_graphs']) >= 0
+
+
+def test_budget_reserves_the_later_sections():
+    budget = suite.Budget(100, ['train', 'core'],
+                          dict(train=0.6, numerics=0.2, core=0.2))
+    # train is sure of 0.6 / (0.6 + 0.2) of the budget; core gets the rest
+    assert 70 < budget.open('train') <= 75
+    assert 95 < budget.open('core') <= 100
+
+
+def test_time_limit_stops_a_measurement():
+    start = time.perf_counter()
+    with pytest.raises(suite.MeasurementTimeout):
+        with suite.time_limit(0.2):
+            while True:
+                time.sleep(0.01)
+    assert time.perf_counter() - start < 2
+
+
+def test_first_takes_output_of_either_convention():
+    assert suite.first(('out', 'state')) == 'out'
+    assert suite.first('out') == 'out'
+
+
+def test_only_rejects_unknown_sections():
+    with pytest.raises(SystemExit):
+        suite.parse_args(['--only', 'train,nonsense'])
+    args = suite.parse_args(['--only', 'core, compile', '--out', 'x'])
+    assert args.sections == ('core', 'compile')
