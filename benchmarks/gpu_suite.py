@@ -478,7 +478,8 @@ def environment(device: torch.device, args) -> dict:
         triton=_version('triton') or _version('pytorch-triton'),
         numpy=_version('numpy'),
         mmengine=_version('mmengine'),
-        mmcv=_version('mmcv'),
+        # MMCV_WITH_OPS=0 builds the distribution 'mmcv-lite'.
+        mmcv=_version('mmcv-lite') or _version('mmcv'),
         mmdet=_version('mmdet'),
         mmseg=_version('mmsegmentation'),
         mmpretrain=_version('mmpretrain'),
@@ -595,7 +596,7 @@ class Trainer:
 TRAIN_COLUMNS = ['model', 'role', 'baseline', 'type', 'arch', 'height',
                  'width', 'batch', 'precision', 'status', 'step_ms',
                  'images_per_s', 'peak_mib', 'speed_ratio', 'memory_ratio',
-                 'note']
+                 'scaler_skips', 'note']
 
 
 def _train_ratios(table: Table) -> None:
@@ -620,6 +621,7 @@ def measure_train(model: nn.Module, device: torch.device, shape: Shape,
             trainer.step(x)
         # The peak reported is absolute: weights, gradients, AdamW state.
         reset_peak(device)
+        scale = trainer.scaler.get_scale() if trainer.scaler else None
         start = time.perf_counter()
         for _ in range(settings.train_steps):
             loss, _ = trainer.step(x)
@@ -627,8 +629,15 @@ def measure_train(model: nn.Module, device: torch.device, shape: Shape,
         seconds = (time.perf_counter() - start) / settings.train_steps
         if not torch.isfinite(loss):
             raise FloatingPointError(f'loss {loss.item()}')
-        return dict(step_ms=seconds * 1e3, images_per_s=batch / seconds,
-                    peak_mib=peak_mib(device))
+        result = dict(step_ms=seconds * 1e3, images_per_s=batch / seconds,
+                      peak_mib=peak_mib(device))
+        if scale is not None:
+            # Each skipped step (inf/NaN gradients: no optimizer update,
+            # a slightly cheaper step) halves the scale; none grows it
+            # within 2000 steps.
+            result['scaler_skips'] = round(
+                math.log2(scale / trainer.scaler.get_scale()))
+        return result
     finally:
         trainer.optimizer.zero_grad(set_to_none=True)
         del trainer
@@ -656,7 +665,7 @@ def run_train(ctx: 'Context') -> Table:
                             f"{result['images_per_s']:.2f} img/s, "
                             f"{_fmt(result['peak_mib'], 0) or '-'} MiB"
                             if result else f'{status} ({note})'))
-        del model
+        model = None  # freed before the next one is built
         release_memory(ctx.device, collect=True)
     return table
 
@@ -671,6 +680,9 @@ def train_markdown(table: Table) -> str:
         b = base.get((r['baseline'], r['height'], r['width'],
                       r['precision']), {})
         note = r['note'] if r['status'] != 'ok' else ''
+        if r.get('scaler_skips'):
+            note = (f"{r['scaler_skips']} of the timed steps skipped by "
+                    'the scaler')
         if b.get('status') not in (None, 'ok'):
             note = (note + '; ' if note else '') + (
                 f"baseline {b['status']}: {b.get('note', '')}")
@@ -812,7 +824,7 @@ def run_numerics(ctx: 'Context') -> Table:
                 f"{result['last_loss']:.4g}, finite {result['finite']}, "
                 f"skipped {result['skipped_steps'] or '-'}"
                 if result else f'{status} ({note})'))
-            del model
+            model = None
             release_memory(ctx.device)
     return table
 
@@ -943,11 +955,8 @@ def measure_core(spec: CoreSpec, grid: Shape, precision: str,
         x.grad = None
         return out.float().mean()
 
-    try:
-        seconds, peak = time_fwd_bwd(step, device, s.core_warmup,
-                                     s.core_repeats)
-    finally:
-        del layers, x
+    seconds, peak = time_fwd_bwd(step, device, s.core_warmup,
+                                 s.core_repeats)
     return dict(fwd_bwd_ms=seconds * 1e3, peak_mib=peak)
 
 
@@ -1149,7 +1158,7 @@ def run_compile(ctx: 'Context') -> Table:
             f"{result['recompiled_graphs']} recompiled, "
             f"compile {result['compile_s']:.1f} s"
             if result else f'{status} ({note})'))
-        del model
+        model = None
         with contextlib.suppress(Exception):
             torch._dynamo.reset()
         release_memory(ctx.device, collect=True)
@@ -1255,7 +1264,8 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
               if device.type == 'cuda' else 'no memory figures off CUDA')
     return dict(
         train=(f'Batch {s.batch} at {res}; AdamW; {s.train_warmup} warm-up '
-               f'+ {s.train_steps} timed steps; fp16 with GradScaler. '
+               f'+ {s.train_steps} timed steps; fp16 with GradScaler '
+               '(its default initial scale, 2^16). '
                'Speed ratio = images/s / the baseline\'s (above 1: faster); '
                f'memory ratio = peak / the baseline\'s; {memory}.'),
         numerics=(f'{s.numerics_steps} steps per precision from the same '
@@ -1289,8 +1299,9 @@ def write_summary(out: str, env: dict, tables: Dict[str, Table],
         f"Device: {device_line}"
         + (f", driver {env['driver']}" if env.get('driver') else '')
         + f"; torch {env['torch']}, CUDA {env['torch_cuda']}, "
-        f"Triton {env['triton']}; {'smoke run' if env['smoke'] else 'full run'}"
-        f", started {env['started']}.",
+        f"Triton {env['triton']}; "
+        f"{'smoke run' if env['smoke'] else 'full run'}, "
+        f"started {env['started']}.",
         f"Command: `{env['command']}`", ''
     ]
     if notes:
