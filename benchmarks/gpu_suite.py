@@ -31,15 +31,17 @@ budget (``--budget-s``) no longer covers leave rows marked ``skipped``.
 Models are built by registry name: the classes that ``import vitattn_mm``
 registered are taken from the OpenMMLab ``MODELS`` registries' tables and
 instantiated. Neither ``Registry.get``/``build`` nor a default scope is used:
-both import the registry's ``locations`` (``mmdet.models`` ...), which import
-``mmcv.ops``, and the GPU machine has mmcv without compiled ops. This script
-never imports ``mmdet.models``, ``mmseg.models``, ``mmpretrain.models`` or
-``mmcv.ops``; ``env.json`` records whether anything else did.
+``get`` first imports the registry's ``locations`` (``mmdet.models`` ...),
+and under a default scope mmcv's layer builders (``build_norm_layer``) go
+through that scope's registry; those packages import ``mmcv.ops``, and the
+GPU machine has mmcv without compiled ops. This script never imports
+``mmdet.models``, ``mmseg.models``, ``mmpretrain.models`` or ``mmcv.ops``;
+``env.json`` records whether anything else did.
 
 Examples::
 
     # the GPU run (tools/gpu/run_suite.sh does the setup first)
-    python benchmarks/gpu_suite.py --device cuda --out "$OUT" --budget-s 330
+    python benchmarks/gpu_suite.py --device cuda --out "$OUT" --budget-s 360
     # CPU rehearsal: tiny archs and sizes, every code path, < 60 s
     python benchmarks/gpu_suite.py --device cpu --smoke --out /tmp/gpu_smoke
     # rehearse the GPU machine's missing mmcv ops on the CPU
@@ -81,7 +83,8 @@ SECTIONS = ('train', 'numerics', 'core', 'compile')
 #: these follow estimates of the step times, see docs/benchmarks.md.
 SECTION_SHARES = dict(train=0.36, numerics=0.26, core=0.12, compile=0.26)
 
-#: Packages whose import needs mmcv's compiled ops: never imported here.
+#: mmcv's compiled ops and the packages that may need them: this script
+#: never imports them; env.json records which ``import vitattn_mm`` did.
 FORBIDDEN_IMPORTS = ('mmcv.ops', 'mmcv._ext', 'mmdet.models', 'mmseg.models',
                      'mmpretrain.models')
 
@@ -233,7 +236,7 @@ class Settings:
             numerics_shape=(512, 512), numerics_batch=2, numerics_steps=100,
             numerics_limit_s=60,
             core_grids=[(128, 128), (200, 320), (128, 512)], core_batch=1,
-            core_warmup=1, core_repeats=3, core_limit_s=30,
+            core_warmup=1, core_repeats=3, core_limit_s=15,
             compile_shapes=[(800, 1280), (512, 2048), (640, 960)],
             compile_backend='inductor', compile_warmup=3, compile_repeats=10,
             compile_limit_s=150)
@@ -1272,8 +1275,9 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
                   f'initial weights, {s.numerics_shape[0]}x'
                   f'{s.numerics_shape[1]} batch {s.numerics_batch}, fixed '
                   'random input and target (MSE of the outputs\' spatial '
-                  'means), AdamW lr %g; fp16 with GradScaler (a skipped step '
-                  'is one whose scale went down).' % s.lr),
+                  'means, plus LaViT\'s DP loss), AdamW lr %g; fp16 with '
+                  'GradScaler (a skipped step is one whose scale went '
+                  'down).' % s.lr),
         core=('One attention module (two for LaViT\'s VA + LA pair) at '
               'its family\'s stage-1 width, forward + backward of the '
               f'mean output, batch {s.core_batch}; median of '
