@@ -2,9 +2,11 @@
 
 Driven by the registries: every registered backbone (at its tiny arch from
 ``tests/tiny_backbones.py``), and every registered attention in every
-skeleton, placed by the attention's own ``layer_plan``. A new attention
-needs no edit here. Family test files keep their numerics and
-official-equivalence tests only.
+wrapper it can enter: each skeleton (placed by the attention's own
+``layer_plan``), Swin's windows (any attention) and shifted windows (those
+that take Swin's mask, :meth:`WindowedAttention.can_wrap`), and a ViT with a
+class token (the grid-free ones). A new attention needs no edit here.
+Family test files keep their numerics and official-equivalence tests only.
 """
 import math
 
@@ -15,10 +17,10 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from tiny_backbones import (SKELETONS, build_tiny, registered_backbones,
                             skeleton_of, tiny_kwargs)
 from vitattn_mm.models import backbones
+from vitattn_mm.models.attentions import WindowedAttention, accepts
 from vitattn_mm.models.backbones import (AttnCSwinTransformer, AttnPVT,
                                          AttnPVTv2, AttnSwinTransformer,
                                          AttnViT, L2ViT)
-from vitattn_mm.models.layers import accepts
 from vitattn_mm.registry import ATTENTIONS
 
 #: Every registered attention class once (aliases share a class).
@@ -26,31 +28,81 @@ ATTENTION_CLASSES = sorted({cls for cls in ATTENTIONS.module_dict.values()},
                            key=lambda cls: cls.__name__)
 
 
+def _depths(skeleton: type) -> list:
+    arch = SKELETONS[skeleton]['arch']
+    return arch.get('depths') or [1] * arch['depth']
+
+
 def _in_skeleton(skeleton: type, attention: type) -> dict:
     """Tiny ``skeleton`` with ``attention`` in every block."""
     kwargs = dict(SKELETONS[skeleton])
-    arch = kwargs['arch']
-    depths = arch.get('depths') or [1] * arch['depth']
-    kwargs['attn_cfgs'] = attention.layer_plan(depths)
+    kwargs['attn_cfgs'] = attention.layer_plan(_depths(skeleton))
     if issubclass(skeleton, AttnPVT) and not accepts(attention, 'sr_ratio'):
         kwargs['sr_ratios'] = (1, 1, 1, 1)
     return kwargs
 
+
+def _in_swin_windows(attention: type, shifted: bool) -> dict:
+    """Tiny Swin with ``attention`` in the windows of every block, all
+    shifted or none (a stateful plan's layers then share their windows)."""
+    plan = attention.layer_plan(_depths(AttnSwinTransformer))
+    windows = [[
+        dict(cfg, shift=shifted) if cfg['type'] == 'WindowedAttention' else
+        dict(cfg, type='WindowedAttention', window_msa=cfg['type'],
+             shift=shifted) for cfg in stage
+    ] for stage in plan]
+    return dict(SKELETONS[AttnSwinTransformer], attn_cfgs=windows)
+
+
+#: Per wrapper, the attentions that can enter it.
+WRAPPERS = {
+    **{skeleton.__name__: [a for a in ATTENTION_CLASSES
+                           if a is not WindowedAttention]
+       for skeleton in SKELETONS},
+    'swin-windows': [a for a in ATTENTION_CLASSES
+                     if not issubclass(a, WindowedAttention)
+                     and WindowedAttention.can_wrap(a, shifted=False)],
+    'swin-shifted-windows': [
+        a for a in ATTENTION_CLASSES
+        if not issubclass(a, WindowedAttention)
+        and WindowedAttention.can_wrap(a, shifted=True)],
+}
 
 CASES = {
     **{name: (getattr(backbones, name), tiny_kwargs(name))
        for name in registered_backbones()},
     **{f'{skeleton.__name__}/{attention.__name__}': (
         skeleton, _in_skeleton(skeleton, attention))
-       for skeleton in SKELETONS for attention in ATTENTION_CLASSES},
-    # Shifted Swin windows around every attention that takes their mask.
-    **{f'swin-windows/{attention.__name__}': (AttnSwinTransformer, dict(
-        SKELETONS[AttnSwinTransformer],
-        attn_cfgs=dict(type='WindowedAttention',
-                       window_msa=attention.__name__)))
-       for attention in ATTENTION_CLASSES
-       if attention.takes_mask and not attention.stateful},
+       for skeleton in SKELETONS
+       for attention in WRAPPERS[skeleton.__name__]},
+    **{f'swin-windows/{a.__name__}': (AttnSwinTransformer,
+                                      _in_swin_windows(a, shifted=False))
+       for a in WRAPPERS['swin-windows']},
+    **{f'swin-shifted-windows/{a.__name__}': (
+        AttnSwinTransformer, _in_swin_windows(a, shifted=True))
+       for a in WRAPPERS['swin-shifted-windows']},
 }
+
+
+def test_the_contract_lists_every_attention_in_every_wrapper_it_enters():
+    """Every registered attention is in every skeleton and in Swin's plain
+    windows; in shifted windows exactly those that take Swin's mask (the
+    softmax attentions, MSF's included), and the others are refused by
+    name."""
+    names = {a.__name__ for a in ATTENTION_CLASSES} - {'WindowedAttention'}
+    for skeleton in SKELETONS:
+        assert {a.__name__ for a in WRAPPERS[skeleton.__name__]} == names
+    assert {a.__name__ for a in WRAPPERS['swin-windows']} == names
+    shifted = {a.__name__ for a in WRAPPERS['swin-shifted-windows']}
+    assert shifted == {n for n in names
+                       if ATTENTIONS.get(n).supports('takes_mask')}
+    assert {'MeanShiftAttention', 'WindowMSA', 'MultiheadSelfAttention',
+            'SpatialReductionAttention', 'VanillaAttention',
+            'LessAttention'} <= shifted
+    for name in names - shifted:
+        with pytest.raises(ValueError, match='shifted windows'):
+            AttnSwinTransformer(**_in_swin_windows(ATTENTIONS.get(name),
+                                                   shifted=True))
 
 
 def _build(name, **overrides):
@@ -132,12 +184,12 @@ def test_any_size_round_trip_and_checkpointing(name):
         torch.testing.assert_close(losses[0][key], losses[1][key])
 
 
-def _stem_prefixes(model) -> tuple:
-    """What ``frozen_stages >= 0`` freezes besides stages, by layout."""
-    if isinstance(model, (AttnSwinTransformer, AttnViT)):
-        return ('patch_embed.', 'absolute_pos_embed', 'pos_embed.',
-                'cls_token', 'pre_norm.')
-    return ('stages.0.patch_embed.', )
+def _is_stem(name: str) -> bool:
+    """The one stem layout: every parameter before the first stage (not in
+    ``stages``, not an output or final norm) is the stem's."""
+    return not name.startswith('stages.') and not (
+        name.startswith(('norm', 'ln1.', 'ln2.')) and
+        (name[:2] == 'ln' or name[4].isdigit()))
 
 
 @pytest.mark.parametrize('name', registered_backbones())
@@ -157,7 +209,7 @@ def test_frozen_stages_norm_eval_and_train(name):
             stage = next((i for i in range(k)
                           if n.startswith((f'stages.{i}.', f'norm{i}.'))),
                          None)
-            stem = n.startswith(_stem_prefixes(model)) and (
+            stem = _is_stem(n) and (
                 k > 0 or (k == 0 and not isinstance(model, AttnViT)))
             final = k == num_stages
             if stage is not None or stem or final:
@@ -202,19 +254,18 @@ def test_bad_arguments_raise_naming_them(name):
 @pytest.mark.parametrize('attention', ATTENTION_CLASSES,
                          ids=lambda cls: cls.__name__)
 def test_class_token_needs_a_grid_free_attention(attention):
-    """A ViT with a class token runs every grid-free attention (the class
-    token is one more token) and refuses the others by name."""
+    """A ViT with a class token runs every attention that is grid-free as
+    configured (the class token is one more token) and refuses the others
+    by name."""
     kwargs = dict(_in_skeleton(AttnViT, attention), with_cls_token=True,
                   out_type='cls_token')
-    try:
-        model = AttnViT(**kwargs).eval()
-    except ValueError as error:
-        assert 'with_cls_token' in str(error)
-        plain = AttnViT(**_in_skeleton(AttnViT, attention))
-        assert not all(s.blocks[0].attn.grid_free for s in plain.stages)
+    grid_free = all(ATTENTIONS.get(cfg['type']).supports('grid_free', cfg)
+                    for cfg, in kwargs['attn_cfgs'])
+    if not grid_free:
+        with pytest.raises(ValueError, match='with_cls_token'):
+            AttnViT(**kwargs)
         return
-    blocks = [s.blocks[0].attn for s in model.stages]
-    assert all(b.grid_free for b in blocks)
+    model = AttnViT(**kwargs).eval()
     with torch.no_grad():
         out = model(torch.randn(2, 3, 45, 61))
     assert [tuple(o.shape) for o in out] == [(2, 32)] * 3

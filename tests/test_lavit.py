@@ -110,12 +110,13 @@ def _naive_reduce(attn, x, hw):
                         norm.bias, norm.eps)
 
 
-@pytest.mark.parametrize('keep_logits', [True, False])
+@pytest.mark.parametrize('keep_logits', [True, 'factors', False])
 def test_vanilla_attention_matches_naive_softmax_attention(keep_logits):
     """Softmax attention over the reduced keys, plus the Attention Residual
-    of the previous stage's logits (from the state), through the fused
-    kernel whether or not the logits are kept (then as their factors, which
-    multiply out to the naive logits); gradients reach the residual."""
+    of the previous stage's logits (from the state), whatever is kept: the
+    map an LA layer reads (built once, without the shift mask), the factors
+    the next stage's residual reads (which multiply out to the naive
+    logits), or nothing; gradients reach the residual."""
     torch.manual_seed(0)
     attn = VanillaAttention(32, 4, sr_ratio=2, keep_logits=keep_logits,
                             residual=dict(type='conv', in_heads=2))
@@ -139,18 +140,23 @@ def test_vanilla_attention_matches_naive_softmax_attention(keep_logits):
     attn.proj(ref).sum().backward()
     torch.testing.assert_close(grad, attn.residual.head_proj.weight.grad,
                                rtol=1e-4, atol=1e-5)
-    if keep_logits:
+    if keep_logits == 'factors':
         # Kept as factors (q * scale, k, bias): no map is built here.
         assert state.logits is None
         q_kept, k_kept, bias_kept = state.factors
         torch.testing.assert_close(q_kept, q / math.sqrt(8))
         torch.testing.assert_close(k_kept, k)
         torch.testing.assert_close(bias_kept, bias)
-        torch.testing.assert_close(state.scores(), ref_logits)
+    elif keep_logits:
+        assert state.factors is None  # the map, computed once
+        torch.testing.assert_close(state.logits, ref_logits, rtol=1e-5,
+                                   atol=1e-5)
+    if keep_logits:
+        torch.testing.assert_close(state.scores(), ref_logits, rtol=1e-5,
+                                   atol=1e-5)
         assert (state.query_hw, state.key_hw) == (hw, (4, 5))
     else:
         assert not state.has_scores  # older logits are not held on to
-
 
 
 def _naive_residual(ar, logits, src_hw):

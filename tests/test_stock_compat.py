@@ -1,24 +1,28 @@
 """Each skeleton held to the OpenMMLab class it stands in for.
 
-With the stock class's own keywords (and the running scope's defaults), a
-skeleton whose attention is not swapped loads the stock class's state dict
-strictly and computes the same outputs, at square and odd sizes; it freezes
-the same parameters for every ``frozen_stages``; it refuses what the stock
-class refuses. Small widths keep it fast: the behaviour does not depend on
-them.
+With the stock class's own keywords, each package's class of a skeleton
+(what that package's configs build) whose attention is not swapped loads
+the stock class's state dict strictly and computes the same outputs, at
+square and odd sizes; built from a config of that package with only the
+type changed, it freezes the same parameters for every ``frozen_stages``;
+it refuses what the stock class refuses. Small widths keep it fast: the
+behaviour does not depend on them.
 """
 import pytest
 import torch
 from mmdet.models.backbones import PyramidVisionTransformer as MMDetPVT
 from mmdet.models.backbones import PyramidVisionTransformerV2 as MMDetPVTv2
 from mmdet.models.backbones import SwinTransformer as MMDetSwin
-from mmengine.registry import DefaultScope, init_default_scope
+from mmdet.registry import MODELS as MMDET_MODELS
 from mmpretrain.models.backbones import SwinTransformer as MMPretrainSwin
 from mmpretrain.models.backbones import \
     VisionTransformer as MMPretrainViT
 from mmseg.models.backbones import SwinTransformer as MMSegSwin
 from mmseg.models.backbones import VisionTransformer as MMSegViT
+from mmseg.registry import MODELS as MMSEG_MODELS
+from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
+from vitattn_mm.models.backbones import packages
 from vitattn_mm.models.backbones import (AttnPVT, AttnPVTv2,
                                          AttnSwinTransformer, AttnViT,
                                          FLattenDeiT, FLattenPVT,
@@ -43,7 +47,7 @@ MMSEG_VIT = dict(img_size=(512, 512), patch_size=16, embed_dims=64,
                  norm_cfg=dict(type='LN', eps=1e-6),
                  interpolate_mode='bicubic')
 
-#: (stock class, our class, keywords, scope of the config they come from)
+#: (stock class, our class, keywords, the package whose class it stands for)
 PAIRS = {
     'mmdet-swin': (MMDetSwin, AttnSwinTransformer,
                    dict(MMDET_SWIN, convert_weights=True), 'mmdet'),
@@ -66,27 +70,17 @@ PAIRS = {
 }
 
 
-@pytest.fixture
-def scope():
-    """Build as inside a config of the given scope."""
-
-    def enter(name):
-        DefaultScope._instance_dict.clear()
-        init_default_scope(name)
-
-    yield enter
-    DefaultScope._instance_dict.clear()
-
-
-def _pair(name, scope):
-    stock_cls, ours_cls, kwargs, scope_name = PAIRS[name]
-    scope(scope_name)
+def _pair(name):
+    """The stock class and the class of ``name``'s package, built with the
+    stock keywords (the stock one's parameters perturbed, so no
+    zero-initialised tensor hides a mismatch)."""
+    stock_cls, ours_cls, kwargs, package = PAIRS[name]
     torch.manual_seed(0)
     stock = stock_cls(**kwargs)
-    with torch.no_grad():  # no zero-initialised tensor left
+    with torch.no_grad():
         for param in stock.parameters():
             param.add_(0.02 * torch.randn_like(param))
-    ours = ours_cls(**kwargs)
+    ours = getattr(getattr(packages, package), ours_cls.__name__)(**kwargs)
     return stock, ours
 
 
@@ -99,8 +93,8 @@ def _outputs(model, x):
 
 
 @pytest.mark.parametrize('name', list(PAIRS))
-def test_stock_weights_load_strictly_and_compute_the_same(name, scope):
-    stock, ours = _pair(name, scope)
+def test_stock_weights_load_strictly_and_compute_the_same(name):
+    stock, ours = _pair(name)
     ours.load_state_dict(stock.state_dict(), strict=True)
     for hw in ((224, 224), (225, 353), (511, 511), (112, 137)):
         x = torch.randn(1, 3, *hw)
@@ -116,46 +110,84 @@ def test_stock_weights_load_strictly_and_compute_the_same(name, scope):
             torch.testing.assert_close(b, a, rtol=0, atol=2e-5)
 
 
+#: (stock type, our type, keywords, the package's MODELS): a config of that
+#: package with only the backbone's type changed.
 FROZEN_PAIRS = {
-    # stock class, our class, keywords, scope, stock k for our k
-    'mmdet-swin': (MMDetSwin, AttnSwinTransformer, MMDET_SWIN, 'mmdet',
-                   lambda k: k),
-    'mmseg-swin': (MMSegSwin, AttnSwinTransformer, MMDET_SWIN, 'mmseg',
-                   lambda k: k),
-    # mmpretrain's Swin counts one further (its k freezes our k + 1 stages;
-    # our 0, the stem alone, has no counterpart there).
-    'mmpretrain-swin': (MMPretrainSwin, AttnSwinTransformer, dict(
-        MMPRETRAIN_SWIN, out_indices=(0, 1, 2, 3)), 'mmpretrain',
-                        lambda k: None if k == 0 else max(k - 1, -1)),
-    'mmpretrain-vit': (MMPretrainViT, AttnViT, dict(
-        MMPRETRAIN_VIT, out_type='avg_featmap'), 'mmpretrain', lambda k: k),
+    'mmdet-swin': ('SwinTransformer', 'AttnSwinTransformer', MMDET_SWIN,
+                   MMDET_MODELS),
+    'mmseg-swin': ('SwinTransformer', 'AttnSwinTransformer', MMDET_SWIN,
+                   MMSEG_MODELS),
+    'mmpretrain-swin': ('SwinTransformer', 'AttnSwinTransformer', dict(
+        MMPRETRAIN_SWIN, out_indices=(0, 1, 2, 3)), MMPRETRAIN_MODELS),
+    'mmpretrain-swin-abs-pos': ('SwinTransformer', 'AttnSwinTransformer',
+                                dict(MMPRETRAIN_SWIN, use_abs_pos_embed=True),
+                                MMPRETRAIN_MODELS),
+    'mmpretrain-vit': ('VisionTransformer', 'AttnViT', dict(
+        MMPRETRAIN_VIT, out_type='avg_featmap'), MMPRETRAIN_MODELS),
+    'mmpretrain-vit-cls': ('VisionTransformer', 'AttnViT', MMPRETRAIN_VIT,
+                           MMPRETRAIN_MODELS),
 }
 
 
 @pytest.mark.parametrize('name', list(FROZEN_PAIRS))
-def test_frozen_stages_freeze_what_the_stock_class_freezes(name, scope):
-    stock_cls, ours_cls, kwargs, scope_name, theirs = FROZEN_PAIRS[name]
-    scope(scope_name)
-    num_stages = ours_cls(**kwargs).num_stages
-    for k in range(-1, num_stages + 1):
-        if theirs(k) is None:
-            continue
-        stock = stock_cls(**kwargs, frozen_stages=theirs(k))
+def test_frozen_stages_freeze_what_the_stock_class_freezes(name):
+    """For every ``k`` the stock class takes (-1 to its last), the config
+    with only the type changed freezes the same parameters (mmpretrain's
+    Swin counts from stage 0, mmdet's and mmseg's from the stem) and puts
+    the same modules in eval mode. mmseg's ViT has no ``frozen_stages``."""
+    stock_type, our_type, kwargs, registry = FROZEN_PAIRS[name]
+    num_stages = registry.build(dict(type=our_type, **kwargs)).num_stages
+    last = num_stages - 1 if registry is MMPRETRAIN_MODELS and \
+        stock_type == 'SwinTransformer' else num_stages
+    for k in range(-1, last + 1):
+        stock = registry.build(dict(type=stock_type, **kwargs,
+                                    frozen_stages=k))
         stock.train()
-        ours = ours_cls(**kwargs, frozen_stages=k).train()
+        ours = registry.build(dict(type=our_type, **kwargs,
+                                   frozen_stages=k)).train()
         ours.load_state_dict(stock.state_dict(), strict=True)
         frozen = {n for n, p in ours.named_parameters() if not p.requires_grad}
         # The stock names of the frozen parameters, in our layout.
-        expected = {n: p for n, p in stock.named_parameters()
-                    if not p.requires_grad}
-        ours.migrate_all_keys(expected)
+        expected = ours.migrate_layout({
+            n: p for n, p in stock.named_parameters() if not p.requires_grad})
         assert frozen == set(expected), (k, sorted(frozen ^ set(expected)))
+        # The modules the stock class puts in eval mode (dropouts
+        # included) are in eval mode here too, where we have them.
+        modules = dict(ours.named_modules())
+        stock_eval = ours.migrate_layout(
+            {f'{n}.weight': None for n, m in stock.named_modules()
+             if n and not m.training})
+        stock_eval = {n.rsplit('.', 1)[0] for n in stock_eval} & set(modules)
+        assert all(not modules[n].training for n in stock_eval), k
+    with pytest.raises(ValueError, match='frozen_stages'):
+        registry.build(dict(type=our_type, **kwargs, frozen_stages=last + 1))
 
 
-def test_mmdet_swin_frozen_stages_counts_like_mmdet(scope):
+def test_plain_python_follows_the_documented_defaults():
+    """No default scope is read at construction: the classes of
+    ``vitattn_mm.models.backbones`` build the same network in any scope,
+    and each package's registry holds its own class."""
+    from mmengine.registry import DefaultScope
+    for scope in (None, 'mmdet', 'mmseg', 'mmpretrain'):
+        with DefaultScope.overwrite_default_scope(scope):
+            swin = AttnSwinTransformer(**MMPRETRAIN_SWIN)
+            vit = AttnViT(**MMPRETRAIN_VIT)
+        assert swin.out_indices == (0, 1, 2, 3) and swin.pad_small_map
+        assert vit.out_type == 'cls_token' and vit.final_norm
+    assert MMDET_MODELS.get('AttnSwinTransformer') is AttnSwinTransformer
+    assert MMSEG_MODELS.get('AttnSwinTransformer') is AttnSwinTransformer
+    assert MMPRETRAIN_MODELS.get('AttnSwinTransformer') is \
+        packages.mmpretrain.AttnSwinTransformer
+    assert MMSEG_MODELS.get('AttnViT') is packages.mmseg.AttnViT
+    assert MMPRETRAIN_MODELS.get('AttnViT') is AttnViT
+    assert packages.mmpretrain.AttnSwinTransformer(
+        **MMPRETRAIN_SWIN).out_indices == (3, )
+    assert packages.mmseg.AttnViT(**MMPRETRAIN_VIT).out_type == 'featmap'
+
+
+def test_mmdet_swin_frozen_stages_counts_like_mmdet():
     """The count mmdet, mmseg and every OpenMMLab ResNet use: 0 freezes the
     stem, 4 freezes everything (mmdet's Swin accepts it too)."""
-    scope('mmdet')
     model = AttnSwinTransformer(**MMDET_SWIN, frozen_stages=0).train()
     frozen = {n.split('.')[0] for n, p in model.named_parameters()
               if not p.requires_grad}
@@ -164,8 +196,7 @@ def test_mmdet_swin_frozen_stages_counts_like_mmdet(scope):
     assert not any(p.requires_grad for p in model.parameters())
 
 
-def test_bad_arguments_raise_as_the_stock_classes_do(scope):
-    scope('mmdet')
+def test_bad_arguments_raise_as_the_stock_classes_do():
     with pytest.raises(TypeError, match='pretrained must be a str'):
         AttnSwinTransformer(**MMDET_SWIN, pretrained=123)
     with pytest.raises(TypeError):
@@ -175,7 +206,6 @@ def test_bad_arguments_raise_as_the_stock_classes_do(scope):
     with pytest.raises(ValueError, match='init_cfg or pretrained'):
         AttnSwinTransformer(**MMDET_SWIN, pretrained='x.pth',
                             init_cfg=dict(type='Pretrained', checkpoint='y'))
-    scope('mmpretrain')
     with pytest.raises(ValueError, match="out_type='cls_token'"):
         AttnViT(**MMPRETRAIN_VIT, with_cls_token=False)
     with pytest.raises(ValueError, match='stage_cfgs'):
@@ -185,8 +215,7 @@ def test_bad_arguments_raise_as_the_stock_classes_do(scope):
         AttnViT(**MMPRETRAIN_VIT, layer_scale_init_value=0.1)
 
 
-def test_a_value_a_family_cannot_honour_raises_naming_it(scope):
-    scope('mmdet')
+def test_a_value_a_family_cannot_honour_raises_naming_it():
     with pytest.raises(ValueError, match='qk_scale'):
         FLattenSwinTransformer(**dict(MMDET_SWIN, qk_scale=0.5),
                                num_flatten_stages=4)
@@ -205,8 +234,7 @@ def test_a_value_a_family_cannot_honour_raises_naming_it(scope):
     (FLattenSwinTransformer, {}),
     (MSFSwinTransformer, dict(groups=2)),
 ])
-def test_mmdet_keywords_build_the_same_network_as_arch(cls, kwargs, scope):
-    scope('mmdet')
+def test_mmdet_keywords_build_the_same_network_as_arch(cls, kwargs):
     by_keywords = cls(**MMDET_SWIN, **kwargs)
     by_arch = cls(arch=dict(embed_dims=32, depths=[2, 2, 2, 2],
                             num_heads=[1, 2, 4, 8]),
@@ -222,11 +250,10 @@ def test_mmdet_keywords_build_the_same_network_as_arch(cls, kwargs, scope):
     (FLattenPVT, MMDET_PVT),
     (LaViT, dict(MMDET_PVT, num_layers=[1, 2, 2, 2])),
 ])
-def test_family_backbones_take_mmdet_pvt_keywords(cls, kwargs, scope):
+def test_family_backbones_take_mmdet_pvt_keywords(cls, kwargs):
     """mmdet's PVT keywords (``num_layers``, base ``embed_dims``) size the
     families built on PVT; their own defaults (spatial reduction, padding,
     output norms) stay theirs."""
-    scope('mmdet')
     model = cls(**kwargs).eval()
     assert [len(s.blocks) for s in model.stages] == kwargs['num_layers']
     assert model.num_features == [16, 32, 80, 128]
@@ -235,18 +262,18 @@ def test_family_backbones_take_mmdet_pvt_keywords(cls, kwargs, scope):
         (16, 17, 25), (32, 9, 13), (80, 5, 7), (128, 3, 4)]
 
 
-def test_vit_families_take_mmpretrain_deit_names(scope):
+def test_vit_families_take_mmpretrain_deit_names():
     """mmpretrain's DeiT configs name the arch 'deit-tiny' and read one
     vector per image: the class-token-free families give the mean token in
-    mmpretrain configs."""
-    scope('mmpretrain')
-    for cls in (FLattenDeiT, LessAttnViT):
-        model = cls(arch='deit-tiny', img_size=224, patch_size=16,
-                    drop_path_rate=0.1).eval()
+    mmpretrain's classes, maps in mmseg's."""
+    for name in ('FLattenDeiT', 'LessAttnViT'):
+        model = getattr(packages.mmpretrain, name)(
+            arch='deit-tiny', img_size=224, patch_size=16,
+            drop_path_rate=0.1).eval()
         out, = _outputs(model, torch.randn(2, 3, 225, 353))
         assert out.shape == (2, 192)
-    scope('mmseg')
-    model = FLattenDeiT(arch='deit-tiny', out_indices=(2, 5, 8, 11)).eval()
+    model = packages.mmseg.FLattenDeiT(arch='deit-tiny',
+                                       out_indices=(2, 5, 8, 11)).eval()
     assert [o.shape for o in _outputs(model, torch.randn(1, 3, 64, 80))] == [
         (1, 192, 4, 5)] * 4
 
@@ -257,7 +284,7 @@ def test_every_stock_config_takes_every_backbone_of_its_arch():
     and ViT/DeiT configs with only ``backbone.type`` changed build and run
     backbone + neck at 224x224 and 225x353; the one refusal is a class token
     asked of an attention that works on the token grid."""
-    from vitattn_mm.utils.drop_in import check_all
+    from vitattn_tools.drop_in import check_all
     cells = check_all(with_stock=False)
     assert len(cells) == 25
     assert [c for c in cells if not (c.ok or c.refusal)] == []
@@ -279,7 +306,7 @@ def test_mmdet_swin_config_with_only_the_type_changed_trains(
     trains an iteration and evaluates on the demo data."""
     from mmengine.config import Config
 
-    from vitattn_mm.utils.drop_in import stock_config
+    from vitattn_tools.drop_in import stock_config
     cfg = Config.fromfile(path)
     stock = stock_config('mmdet', 'swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
     assert cfg.model.backbone.type != stock.model.backbone.type

@@ -98,13 +98,15 @@ def softmax_attention(q: torch.Tensor,
                       mask: Optional[torch.Tensor] = None,
                       scale: Optional[float] = None,
                       dropout_p: float = 0.,
-                      fused: bool = True) -> torch.Tensor:
+                      fused: bool = True,
+                      return_logits: bool = False):
     """``softmax(q k^T * scale + bias + mask) v`` over ``(B, heads, N, d)``.
 
     The one softmax-attention kernel of the package: PyTorch's fused
     ``scaled_dot_product_attention`` (which both ONNX exporters translate
     at symbolic sizes), or with ``fused=False`` the same written as matmul,
-    softmax, matmul (for measuring the fused kernel against it).
+    softmax, matmul, whose logits a caller may keep (``return_logits``:
+    Less-Attention's VA layers hand them to the LA layer after them).
 
     Args:
         q (Tensor): ``(B, heads, N_q, d)`` queries.
@@ -119,19 +121,25 @@ def softmax_attention(q: torch.Tensor,
         scale (float, optional): Default: ``d ** -0.5``.
         dropout_p (float): Dropout of the attention weights. Default: 0.
         fused (bool): Use the fused kernel. Default: True.
+        return_logits (bool): Also return ``q k^T * scale + bias`` (without
+            the mask), ``(B, heads, N_q, N_k)``; needs ``fused=False``.
+            Default: False.
 
     Returns:
-        Tensor: ``(B, heads, N_q, d_v)``.
+        Tensor | tuple: ``(B, heads, N_q, d_v)``, and the logits.
     """
+    if return_logits and fused:
+        raise ValueError('return_logits needs fused=False: the fused kernel '
+                         'keeps no logits')
     if not fused:
         scale = q.shape[-1]**-0.5 if scale is None else scale
         logits = add_logit_bias((q * scale) @ k.transpose(-2, -1),
-                                None if bias is None else bias.to(q.dtype),
-                                mask)
-        probs = logits.softmax(dim=-1)
+                                None if bias is None else bias.to(q.dtype))
+        probs = masked_softmax(logits, mask)
         if dropout_p:
             probs = F.dropout(probs, dropout_p)
-        return probs.to(v.dtype) @ v
+        out = probs.to(v.dtype) @ v
+        return (out, logits) if return_logits else out
     term = window_logit_bias(bias, mask, q.shape[0])
     if term is not None and term.dtype != torch.bool:
         term = term.to(q.dtype)

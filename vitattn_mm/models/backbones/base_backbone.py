@@ -454,7 +454,9 @@ class StagedBackbone(CheckpointLoading, BaseModule):
         if k < 0 or (k == 0 and not self.freezes_stem_at_zero):
             return
         k += self.default('frozen_stages_offset', 0)
-        for module in self.stem_modules():
+        # The dropout after the stem's position embedding too, as mmdet's
+        # and mmpretrain's classes do.
+        for module in self.stem_modules() + [self.drop_after_pos]:
             freeze_module(module)
         for param in self.stem_parameters():
             param.requires_grad = False

@@ -40,19 +40,21 @@ class VanillaAttention(SpatialReductionAttention):
     key grid is ``ceil(H / sr) x ceil(W / sr)``), with Swin's relative
     position bias when it runs in a window (``window_size``). Its logits
     get the Attention Residual of the previous stage's last logits when it
-    is a stage's first layer (``residual``). It always runs the fused
-    kernel; with ``keep_logits`` (an LA layer or the next stage's residual
-    reuses them) the state keeps the logits' factors, which the readers
-    multiply out where they need the map; otherwise the state drops older
-    logits.
+    is a stage's first layer (``residual``). What it keeps for the layers
+    after it (``keep_logits``) decides how the one softmax kernel runs:
+    the map an LA layer transforms next is built once, written out
+    (``True``); for the next stage's residual, which halves the queries
+    before their product, the fused kernel runs and the state keeps the
+    factors ``(q * scale, k, bias)`` (``'factors'``); otherwise the fused
+    kernel runs and the state drops older logits (``False``).
 
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Attention heads.
         sr_ratio (int): Spatial reduction of keys and values. Default: 1.
         qkv_bias (bool): Bias in the q / kv projections. Default: True.
-        keep_logits (bool): Keep the pre-softmax logits for the layers
-            after it. Default: False.
+        keep_logits (bool | str): True, 'factors' or False (see above).
+            Default: False.
         residual (dict, optional): The Attention Residual from the previous
             stage: ``dict(type='conv' | 'window', in_heads=...,
             layer_scale_init=0.1)`` (:class:`AttentionResidual`,
@@ -71,13 +73,16 @@ class VanillaAttention(SpatialReductionAttention):
                  num_heads: int,
                  sr_ratio: int = 1,
                  qkv_bias: bool = True,
-                 keep_logits: bool = False,
+                 keep_logits: Union[bool, str] = False,
                  residual: Optional[dict] = None,
                  window_size: Optional[Grid] = None,
                  sr_padding: Union[int, str] = 'corner',
                  **kwargs):
         super().__init__(embed_dims, num_heads, sr_ratio, qkv_bias=qkv_bias,
                          sr_padding=sr_padding, **kwargs)
+        if keep_logits not in (True, False, 'factors'):
+            raise ValueError("keep_logits must be True, 'factors' or False, "
+                             f'got {keep_logits!r}')
         self.keep_logits = keep_logits
         self.relative_position_bias = None if window_size is None else \
             RelativePositionBias(to_2tuple_int(window_size), num_heads)
@@ -108,13 +113,19 @@ class VanillaAttention(SpatialReductionAttention):
         state = as_less_attention_state(state)
         q, k, v, kv_hw = self.project(x, hw_shape)
         bias = self.logit_bias(state, hw_shape, q.shape[0])
-        out = self.output(softmax_attention(q, k, v, bias, mask, self.scale))
+        builds_map = self.keep_logits is True
+        out = softmax_attention(q, k, v, bias, mask, self.scale,
+                                fused=not builds_map,
+                                return_logits=builds_map)
         if not self.keep_logits:
-            return out, state.replace(logits=None, factors=None)
-        # Kept without the shift mask: an LA layer adds its own.
-        return out, state.replace(
-            logits=None, factors=(q * self.scale, k, bias),
-            query_hw=tuple(hw_shape), key_hw=kv_hw, windows=1)
+            return self.output(out), state.replace(logits=None, factors=None)
+        if builds_map:  # kept without the shift mask: an LA layer adds its own
+            out, logits = out
+            kept = dict(logits=logits, factors=None)
+        else:
+            kept = dict(logits=None, factors=(q * self.scale, k, bias))
+        return self.output(out), state.replace(
+            query_hw=tuple(hw_shape), key_hw=kv_hw, windows=1, **kept)
 
     @torch.no_grad()
     def query_attention(self, x, hw_shape, index, state=None):

@@ -40,7 +40,13 @@ def less_attention_layers(depths: Sequence[int],
             next_is_la = bool(start) and j + 2 >= start and j + 1 < depth
             feeds_residual = (j + 1 == depth and i + 1 < num_stages
                               and residual[i + 1] is not None)
-            keep = next_is_la or feeds_residual
+            # An LA layer next, or Swin's window residual, reads the whole
+            # map; PVT's residual halves the queries before their product
+            # with the keys, so the map is never built.
+            reads_map = next_is_la or feeds_residual and \
+                residual[i + 1].get('type') == 'window'
+            keep = True if reads_map else (
+                'factors' if feeds_residual else False)
             layer = dict(va[j], keep_logits=keep)
             if j == 0 and residual[i] is not None:
                 layer['residual'] = dict(residual[i])
