@@ -29,7 +29,7 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import MODELS, init_default_scope
 
-from vitattn_mm.models.backbones.lavit import VanillaAttention
+from vitattn_mm.models.attentions import VanillaAttention
 from vitattn_tools.benchmark import measure
 from vitattn_tools.flops import CONVENTIONS, count_complexity
 

@@ -29,7 +29,7 @@ loss_dp above 2x the median of the 20 iterations before it), whether
 anything became non-finite, and top-1 on the demo val set.
 
 Runs (c) / (d) use the backbones' ``dp_loss_form='paper'``
-(:func:`~vitattn_mm.models.backbones.lavit.paper_diagonality_loss`).
+(:func:`~vitattn_mm.models.attentions.less_attention.paper_diagonality_loss`).
 
 Example (about 6 minutes on one CPU core)::
 

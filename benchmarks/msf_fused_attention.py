@@ -24,7 +24,7 @@ from contextlib import nullcontext
 
 import torch
 
-from vitattn_mm.models.backbones.msf import MeanShiftAttention
+from vitattn_mm.models.attentions import MeanShiftAttention
 from vitattn_mm.models.layers import shifted_window_mask
 
 #: name -> (window or whole map (h, w), channels, heads, shifted: the
@@ -94,7 +94,7 @@ def run_once(attn, x, mask, train, amp):
     if train:
         x = x.detach().requires_grad_()
         with autocast:
-            out = attn(x, mask=mask)
+            out, _ = attn(x, mask=mask)
         out.float().pow(2).mean().backward()
         attn.zero_grad(set_to_none=True)
     else:

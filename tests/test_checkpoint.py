@@ -1,7 +1,10 @@
 """Checkpoints: mmengine's own files load weights-only, crafted files are
-refused, and pretrained backbone loading reports (or refuses) loudly."""
+refused, pretrained backbone loading reports (or refuses) loudly, and every
+loader takes the one checkpoint path (official layouts converted, position
+tables resized)."""
 import os
 import os.path as osp
+import pickle
 import subprocess
 import sys
 
@@ -13,10 +16,13 @@ from mmengine.model import BaseModel
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import CheckpointLoader
 
-import vitattn_mm  # noqa: F401  (installs the safe loader)
-from vitattn_mm.models.layers import (ResizablePosEmbed, StagedBackbone,
-                                      load_pretrained)
-from vitattn_mm.utils.checkpoint import UnsafeCheckpointError
+import vitattn_mm  # noqa: F401  (allows mmengine's data types)
+from vitattn_mm.models.backbones.base_backbone import StagedBackbone
+from vitattn_mm.models.backbones.packages import mmpretrain
+from vitattn_mm.models.layers import ResizablePosEmbed, resize_pos_embed
+from vitattn_mm.models.loading import load_pretrained
+from vitattn_mm.utils.checkpoint import (UnsafeCheckpointError,
+                                         load_checkpoint_file)
 
 
 class ToyModel(BaseModel):
@@ -111,13 +117,26 @@ class _ReachesAttributes:
 
 @pytest.mark.parametrize('payload', ['system', 'getattr'])
 def test_crafted_checkpoint_is_refused(tmp_path, payload):
+    """By mmengine's own loader (torch's weights-only default, nothing
+    patched) and, naming what it needs, by ours."""
     marker = tmp_path / 'executed'
     path = str(tmp_path / 'evil.pth')
     obj = _RunsCode(marker) if payload == 'system' else _ReachesAttributes()
     torch.save({'state_dict': {'w': torch.zeros(1)}, 'extra': obj}, path)
-    with pytest.raises(UnsafeCheckpointError, match='Refusing to load'):
+    with pytest.raises(pickle.UnpicklingError):
         CheckpointLoader.load_checkpoint(path, 'cpu')
+    with pytest.raises(UnsafeCheckpointError, match='Refusing to load'):
+        load_checkpoint_file(path)
     assert not marker.exists(), 'the payload ran'
+
+
+def test_importing_the_package_patches_no_loader():
+    """Loading is weights-only by torch's default; the package only adds
+    the data types mmengine's files hold to torch's allowlist."""
+    code = ('from mmengine.runner.checkpoint import CheckpointLoader as C;'
+            'before = dict(C._schemes); import vitattn_mm;'
+            'assert dict(C._schemes) == before')
+    subprocess.run([sys.executable, '-c', code], check=True)
 
 
 class TinyBackbone(StagedBackbone):
@@ -129,8 +148,7 @@ class TinyBackbone(StagedBackbone):
         self.pos_embed = ResizablePosEmbed(4, (4, 4))
         self.norm = nn.LayerNorm(4)
 
-    @classmethod
-    def convert_checkpoint(cls, state_dict):
+    def convert_official(self, state_dict):
         return {k.replace('patch_embed.', 'stem.'): v
                 for k, v in state_dict.items()}
 
@@ -194,3 +212,106 @@ def test_pretrained_shape_mismatch_is_reported_not_loaded(tmp_path):
     report = load_pretrained(model, path)
     assert report.mismatched and report.mismatched[0].startswith('norm.weight')
     torch.testing.assert_close(model.norm.weight, before)
+
+
+# ------------------------------------------- every loader, one path
+class Classifier(BaseModel):
+    """A backbone and a loss: enough for a Runner to train, save, load and
+    resume it."""
+
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, inputs, labels=None, mode='loss'):
+        loss = sum(o.float().mean() for o in self.backbone(inputs))
+        return dict(loss=loss) if mode == 'loss' else [loss]
+
+
+class Images(torch.utils.data.Dataset):
+
+    def __init__(self, size):
+        self.size = size
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return dict(inputs=torch.randn(3, self.size, self.size))
+
+
+def _runner(work_dir, backbone, size, **kwargs):
+    return Runner(
+        model=Classifier(backbone),
+        work_dir=str(work_dir),
+        train_dataloader=dict(
+            dataset=Images(size), batch_size=1,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='default_collate')),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.)),
+        train_cfg=dict(by_epoch=False, max_iters=1),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook',
+                                           interval=1, by_epoch=False)),
+        experiment_name=f'resize_{os.getpid()}_{len(os.listdir(work_dir))}',
+        **kwargs)
+
+
+#: Backbones with learned position tables, as mmpretrain's test builds
+#: them: Swin's ``absolute_pos_embed`` (a bare parameter, bicubic) and
+#: ViT's ``pos_embed`` (with its class-token row, bicubic).
+TABLES = {
+    'swin': (lambda size: mmpretrain.AttnSwinTransformer(
+        arch=dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]),
+        img_size=size, use_abs_pos_embed=True, window_size=4,
+        drop_path_rate=0.), 'absolute_pos_embed', 4, 0),
+    'vit': (lambda size: mmpretrain.AttnViT(
+        arch=dict(embed_dims=16, num_layers=1, num_heads=1), img_size=size,
+        patch_size=16), 'pos_embed.weight', 16, 1),
+}
+
+
+@pytest.mark.parametrize('name', list(TABLES))
+def test_a_224_file_loads_into_a_384_model_through_every_loader(
+        name, tmp_path):
+    """mmpretrain's ``test_init_weights``: the table of a file written at
+    ``img_size=224`` is resized to a model built at 384 by ``init_cfg``,
+    mmengine's ``load_checkpoint``, ``load_from`` and ``resume`` alike."""
+    from mmengine.runner import load_checkpoint
+    build, key, patch, extra = TABLES[name]
+    torch.manual_seed(0)
+    work_dir = tmp_path / 'train_224'
+    work_dir.mkdir()
+    runner = _runner(work_dir, build(224), 224)
+    runner.train()  # writes iter_1.pth, a whole training checkpoint
+    trained = osp.join(work_dir, 'iter_1.pth')
+    source = runner.model.backbone.state_dict()[key]
+    backbone_file = str(tmp_path / 'backbone_224.pth')
+    torch.save(runner.model.backbone.state_dict(), backbone_file)
+    src, dst = 224 // patch, 384 // patch
+    expected = resize_pos_embed(source, (src, src), (dst, dst), 'bicubic',
+                                extra)
+
+    loaded = {}
+    model = build(384)
+    model.init_cfg = dict(type='Pretrained', checkpoint=backbone_file)
+    model.init_weights()
+    loaded['init_cfg'] = model
+    model = build(384)
+    load_checkpoint(model, backbone_file, strict=True)
+    loaded['load_checkpoint'] = model
+    for how in ('load_from', 'resume'):
+        other = tmp_path / how
+        other.mkdir()
+        runner = _runner(other, build(384), 384, load_from=trained,
+                         resume=how == 'resume')
+        if how == 'resume':  # resume needs the optimizer the run builds
+            runner.optim_wrapper = runner.build_optim_wrapper(
+                runner.optim_wrapper)
+        runner.load_or_resume()
+        loaded[how] = runner.model.backbone
+        if how == 'resume':
+            assert runner.iter == 1
+    for how, model in loaded.items():
+        table = model.state_dict()[key]
+        assert table.shape == expected.shape, how
+        torch.testing.assert_close(table, expected, msg=how)

@@ -328,13 +328,6 @@ def test_cswin_blocks_of_the_official_layout():
         assert torch.equal(direct(x)[0], model(x)[0])
 
 
-@pytest.mark.xfail(
-    raises=(ImportError, AttributeError), strict=False,
-    reason='tools not updated to 5283227: vitattn_tools/converter.py imports '
-    'StateDict and unwrap_state_dict from vitattn_mm.models.layers (now in '
-    'vitattn_mm.models.loading), and flatten2vitattn.py calls the removed '
-    'classmethod convert_checkpoint (now the instance method '
-    'convert_official)')
 def test_converter_script(official_file, tmp_path, monkeypatch):
     """tools/model_converters/flatten2vitattn.py: the classifier loads the
     result strictly, the backbone with zero missing / unexpected keys, and

@@ -533,13 +533,6 @@ def _run_converter(monkeypatch, *args):
                    run_name='__main__')
 
 
-@pytest.mark.xfail(
-    raises=(ImportError, AttributeError), strict=False,
-    reason='tools not updated to 5283227: vitattn_tools/converter.py imports '
-    'StateDict and unwrap_state_dict from vitattn_mm.models.layers (now in '
-    'vitattn_mm.models.loading), and flatten2vitattn.py calls the removed '
-    'classmethod convert_checkpoint (now the instance method '
-    'convert_official)')
 def test_converter_script(official_files, tmp_path, monkeypatch):
     """tools/model_converters/flatten2vitattn.py: a file the classifier
     loads strictly (backbone and head) and the backbone loads as

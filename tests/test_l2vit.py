@@ -307,13 +307,6 @@ def test_unrelated_file_raises(tmp_path):
         model.init_weights()
 
 
-@pytest.mark.xfail(
-    raises=(ImportError, AttributeError), strict=False,
-    reason='tools not updated to 5283227: vitattn_tools/converter.py imports '
-    'StateDict and unwrap_state_dict from vitattn_mm.models.layers (now in '
-    'vitattn_mm.models.loading), and l2vit2vitattn.py calls the removed '
-    'classmethod L2ViT.convert_checkpoint (now the instance method '
-    'convert_official)')
 def test_converter_script_fills_the_classifier(official_tiny, tmp_path,
                                                monkeypatch):
     """tools/model_converters/l2vit2vitattn.py: the converted file is the

@@ -17,16 +17,18 @@ from mmengine.runner import Runner
 from mmengine.runner.checkpoint import CheckpointLoader
 from test_msf import OFFICIAL, official_state_dict
 
-import vitattn_mm  # noqa: F401  (installs the safe loader)
+import vitattn_mm  # noqa: F401  (allows mmengine's data types)
+from vitattn_mm.engine import CheckpointCheckHook
 from vitattn_mm.models.backbones.flatten import (FLattenPVT,
                                                  FLattenSwinTransformer)
 from vitattn_mm.models.backbones.l2vit import L2ViT
 from vitattn_mm.models.backbones.lavit import LaViT
 from vitattn_mm.models.backbones.msf import MSFSwinTransformer, MSFViT
 from vitattn_mm.utils.checkpoint import (InvalidCheckpointError,
-                                         UnsafeCheckpointError)
-from vitattn_mm.utils.converter import converter_main
-from vitattn_mm.utils.runtime import load_tool_config
+                                         UnsafeCheckpointError,
+                                         load_checkpoint_file)
+from vitattn_tools.converter import converter_main
+from vitattn_tools.runtime import load_tool_config
 
 MSF_CONFIG = 'configs/msf/msf-vit-s_4xb256-300e_in1k.py'
 
@@ -332,20 +334,29 @@ def _write(path, kind):
     ('truncated legacy', 'the file is truncated or corrupt'),
 ])
 def test_unloadable_file_says_what_it_is(tmp_path, kind, says):
+    """Where the package reads a file (init_cfg, the converters), and
+    before a Runner loads ``load_from`` (the checkpoint check)."""
     path = str(tmp_path / 'file.pth')
     _write(path, kind)
     with pytest.raises(InvalidCheckpointError,
                        match=f'Cannot load checkpoint {path}: {says}'):
-        CheckpointLoader.load_checkpoint(path, 'cpu')
+        load_checkpoint_file(path)
+    runner = types.SimpleNamespace(_load_from=path)
+    with pytest.raises(InvalidCheckpointError,
+                       match=f'Cannot load checkpoint {path}: {says}'):
+        CheckpointCheckHook().before_run(runner)
 
 
 def test_unknown_class_is_named_in_full(tmp_path, unknown_class):
     path = str(tmp_path / 'with_object.pth')
     torch.save({'state_dict': {}, 'trainer': unknown_class()}, path)
-    with pytest.raises(UnsafeCheckpointError,
-                       match='unpickling it needs trainer_lib.training_state.'
-                       'TrainingStateSnapshot, which is not part'):
-        CheckpointLoader.load_checkpoint(path, 'cpu')
+    for check in (load_checkpoint_file, lambda path: CheckpointCheckHook(
+            ).before_run(types.SimpleNamespace(_load_from=path))):
+        with pytest.raises(UnsafeCheckpointError,
+                           match='unpickling it needs trainer_lib.'
+                           'training_state.TrainingStateSnapshot, which is '
+                           'not part'):
+            check(path)
 
 
 # ------------------------------------------------- 5. backbone settings

@@ -471,13 +471,6 @@ def load_converter():
     return module
 
 
-@pytest.mark.xfail(
-    raises=(ImportError, AttributeError), strict=False,
-    reason='tools not updated to 5283227: vitattn_tools/converter.py imports '
-    'StateDict and unwrap_state_dict from vitattn_mm.models.layers (now in '
-    'vitattn_mm.models.loading), and msf2vitattn.py calls the removed '
-    'classmethod MSFViT.convert_checkpoint (now convert_official of an '
-    'instance, or vitattn_mm.models.backbones.vit.convert_simple_vit)')
 def test_converter_output_loads_strictly_into_the_classifier():
     from mmengine.config import Config
     from mmengine.registry import init_default_scope

@@ -1,13 +1,14 @@
 """vitattn_mm: efficient vision-transformer attention for OpenMMLab.
 
 Importing the package (configs do it through ``custom_imports``) registers
-the backbones into mmdet's, mmseg's and mmpretrain's ``MODELS`` and makes
-checkpoint loading weights-only but able to read mmengine's own files.
+the backbones into mmdet's, mmseg's and mmpretrain's ``MODELS`` and adds the
+data types of mmengine's own checkpoints to torch's weights-only allowlist,
+so ``load_from`` and ``resume`` read them (no loader is patched).
 """
-from .utils.checkpoint import install_safe_checkpoint_loading
+from .utils.checkpoint import allow_checkpoint_types
 from .version import __version__
 
-install_safe_checkpoint_loading()
+allow_checkpoint_types()
 
 from . import engine, models  # noqa: E402,F401  (registration side effects)
 

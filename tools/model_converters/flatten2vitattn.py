@@ -24,7 +24,7 @@ Example::
 """
 import vitattn_mm  # noqa: F401  (weights-only checkpoint loading)
 from vitattn_mm.models.backbones.flatten import (FLattenCSwinTransformer,
-                                                 FLattenPVT,
+                                                 FLattenPVT, FLattenPVTv2,
                                                  FLattenSwinTransformer)
 from vitattn_tools.converter import converter_main, to_classifier_keys
 
@@ -34,7 +34,9 @@ def convert(state_dict):
     if any(k.startswith('layers.') for k in state_dict):
         backbone_cls = FLattenSwinTransformer
     elif any(k.startswith('block1.') for k in state_dict):
-        backbone_cls = FLattenPVT  # PVT and PVTv2 share the converter
+        # PVTv2's FFN has a depthwise conv.
+        backbone_cls = FLattenPVTv2 if any(
+            '.mlp.dwconv.' in k for k in state_dict) else FLattenPVT
     elif any(k.startswith('stage1_conv_embed.') for k in state_dict):
         backbone_cls = FLattenCSwinTransformer
     else:
@@ -42,7 +44,7 @@ def convert(state_dict):
             'not an official FLatten-Swin / PVT / PVTv2 / CSwin checkpoint: '
             'no layers.*, block1.* or stage1_conv_embed.* keys (first keys: '
             f'{list(state_dict)[:5]})')
-    return to_classifier_keys(state_dict, backbone_cls.convert_checkpoint)
+    return to_classifier_keys(state_dict, backbone_cls)
 
 
 if __name__ == '__main__':

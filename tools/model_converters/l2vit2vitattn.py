@@ -35,7 +35,7 @@ def convert(state_dict):
             'not an official L2ViT checkpoint: no '
             'downsample_layers.0.proj.proj.0.weight (first keys: '
             f'{list(state_dict)[:5]})')
-    return to_classifier_keys(state_dict, L2ViT.convert_checkpoint)
+    return to_classifier_keys(state_dict, L2ViT)
 
 
 if __name__ == '__main__':

@@ -25,7 +25,7 @@ Example::
 from collections import OrderedDict
 
 import vitattn_mm  # noqa: F401  (weights-only checkpoint loading)
-from vitattn_mm.models.backbones.msf import MSFViT
+from vitattn_mm.models.backbones.vit import convert_simple_vit
 from vitattn_tools.converter import converter_main
 
 
@@ -36,7 +36,8 @@ def convert(state_dict):
             'not an official MSF SimpleViT checkpoint: no '
             f'transformer.layers.* keys (first keys: {list(state_dict)[:5]})')
     converted = OrderedDict()
-    for key, value in MSFViT.convert_checkpoint(state_dict).items():
+    # Simple ViT's layout is the ViT skeleton's: no block depends on arch.
+    for key, value in convert_simple_vit(state_dict).items():
         converted[key if key.startswith('head.') else f'backbone.{key}'] = \
             value
     return converted

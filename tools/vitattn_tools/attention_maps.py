@@ -16,7 +16,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from vitattn_mm.models.layers import QueryAttention
+from vitattn_mm.models.attentions import QueryAttention
 from vitattn_mm.registry import ATTENTIONS
 
 Grid = Tuple[int, int]
@@ -199,11 +199,11 @@ def l2vit_maps(model: nn.Module, image: torch.Tensor,
     x = lga.cpe[0](x, hw)
 
     def attention_branch(t):
-        return attn(lga.norm1(t), hw)
+        return attn(lga.norm1(t), hw)[0]
 
     def attention_and_lcm(t):
         # The block's two residual branches (its identity path left out).
-        out = attn(lga.norm1(t), hw)
+        out = attn(lga.norm1(t), hw)[0]
         return out + lga.local_mp(lga.norm3(t + out), hw)
 
     return [

@@ -7,23 +7,42 @@ from collections import OrderedDict
 from typing import Callable, Optional, Sequence
 
 import torch
-from mmengine.runner.checkpoint import CheckpointLoader
+import torch.nn as nn
 
-from vitattn_mm.models.layers import StateDict, unwrap_state_dict
+from vitattn_mm.models.loading import StateDict, unwrap_state_dict
+from vitattn_mm.utils.checkpoint import load_checkpoint_file
+
+
+def backbone_for(backbone_cls: type, state_dict: StateDict) -> nn.Module:
+    """The arch of ``backbone_cls``'s zoo whose layout an official file
+    fills, built on the meta device (no memory): a skeleton converts a
+    file by the blocks of the model it is loaded into."""
+    best, best_score = None, -1
+    for key in backbone_cls.arch_zoo:
+        with torch.device('meta'):
+            model = backbone_cls(arch=key if isinstance(key, str) else key[0])
+        own = model.state_dict()
+        converted = model.convert_official(OrderedDict(state_dict))
+        score = sum(k in own and own[k].shape == v.shape
+                    for k, v in converted.items())
+        if score > best_score:
+            best, best_score = model, score
+    return best
 
 
 def to_classifier_keys(state_dict: StateDict,
-                       convert_backbone: Callable[[StateDict], StateDict],
+                       backbone_cls: type,
                        head_prefix: str = 'head.') -> StateDict:
     """Official classifier weights -> mmpretrain ``ImageClassifier`` keys.
 
-    The backbone part goes through ``convert_backbone`` (a backbone's
-    ``convert_checkpoint``) and under ``backbone.``; the linear head
-    (``head_prefix``) becomes ``head.fc.``.
+    The backbone part goes through the ``convert_official`` of the
+    ``backbone_cls`` arch it fills (:func:`backbone_for`) and under
+    ``backbone.``; the linear head (``head_prefix``) becomes ``head.fc.``.
     """
     head = {k: v for k, v in state_dict.items() if k.startswith(head_prefix)}
-    backbone = convert_backbone(
-        {k: v for k, v in state_dict.items() if k not in head})
+    backbone = {k: v for k, v in state_dict.items() if k not in head}
+    backbone = backbone_for(backbone_cls, backbone).convert_official(
+        backbone)
     converted = OrderedDict(
         (f'backbone.{k}', v) for k, v in backbone.items())
     converted.update(
@@ -56,7 +75,7 @@ def converter_main(convert: Callable[[StateDict], StateDict],
     args = parser.parse_args(argv)
     # Weights-only; the official scripts' pickled options (argparse
     # Namespace, yacs CfgNode) are allowlisted by vitattn_mm.utils.checkpoint.
-    checkpoint = CheckpointLoader.load_checkpoint(args.src, map_location='cpu')
+    checkpoint = load_checkpoint_file(args.src)
     converted = convert(unwrap_state_dict(checkpoint, args.key))
     if osp.dirname(args.dst):
         os.makedirs(osp.dirname(args.dst), exist_ok=True)

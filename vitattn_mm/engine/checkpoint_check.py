@@ -14,6 +14,7 @@ from ..models.backbones import packages
 from ..models.backbones.base_backbone import StagedBackbone
 from ..models.loading import (MIN_LOADED_RATIO, adapt_for_model,
                               match_state_dict, unwrap_state_dict)
+from ..utils.checkpoint import check_checkpoint_file
 
 #: What ``Runner.load_checkpoint`` does to the keys by default.
 _RUNNER_REVISE_KEYS = ((r'^module.', ''), )
@@ -46,6 +47,14 @@ class CheckpointCheckHook(Hook):
     """
 
     priority = 'VERY_HIGH'  # before hooks that use the loaded weights (EMA)
+
+    def before_run(self, runner) -> None:
+        """Describe a ``load_from`` / resume file that cannot be loaded
+        (empty, corrupt, a plain pickle, needing code to unpickle) before
+        the Runner's loader fails on it with a bare error."""
+        source = getattr(runner, '_load_from', None)
+        if isinstance(source, str):
+            check_checkpoint_file(source)
 
     def __init__(self, min_loaded_ratio: float = MIN_LOADED_RATIO):
         if not 0 <= min_loaded_ratio <= 1:

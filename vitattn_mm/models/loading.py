@@ -17,7 +17,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 from mmengine.logging import MMLogger, print_log
-from mmengine.runner.checkpoint import CheckpointLoader
+
+from ..utils.checkpoint import load_checkpoint_file
 
 StateDict = Dict[str, torch.Tensor]
 
@@ -240,7 +241,7 @@ def load_pretrained(model: nn.Module,
             than ``min_loaded_ratio`` of the model's weights would be filled
             (nothing is loaded then).
     """
-    raw = CheckpointLoader.load_checkpoint(checkpoint, map_location)
+    raw = load_checkpoint_file(checkpoint, map_location)
     state_dict = unwrap_state_dict(raw, state_dict_key)
     model_keys = model.state_dict().keys()
     if prefix:

@@ -7,22 +7,27 @@ references the buffer's statistics methods through ``getattr``), so
 ``tools/test.py``, ``load_from`` and ``--resume`` fail on files mmengine wrote
 itself.
 
-We keep every load weights-only and allowlist exactly the data types such
-files hold, plus the plain option containers the official training scripts
-save beside their weights (``argparse.Namespace``; FLatten's yacs
-``CfgNode``, read as a harmless dict stand-in without importing yacs).
-``getattr`` is never allowed in general (it reaches arbitrary attributes and
-so code execution); it is replaced by a resolver that answers only
-``getattr(HistoryBuffer, <registered statistics method>)``.
+Every load stays weights-only, through mmengine's loader as it is (nothing
+is patched): :func:`allow_checkpoint_types`, called when the package is
+imported, adds to torch's allowlist (``torch.serialization.add_safe_globals``)
+exactly the data types such files hold, plus the plain option containers
+the official training scripts save beside their weights
+(``argparse.Namespace``; FLatten's yacs ``CfgNode``, read as a harmless dict
+stand-in without importing yacs). ``getattr`` is never allowed in general
+(it reaches arbitrary attributes and so code execution); it is replaced by a
+resolver that answers only ``getattr(HistoryBuffer, <registered statistics
+method>)``.
 
-A file that cannot be loaded is described: empty, not a checkpoint at all,
-a plain pickle rather than a PyTorch checkpoint, damaged (truncated or
-corrupt) — :class:`InvalidCheckpointError` — or a checkpoint that needs
-code beyond the allowlist — :class:`UnsafeCheckpointError`, naming what it
-needs.
+Where this package reads a file (``init_cfg``, the converters, and the
+``load_from`` / ``resume`` file through
+:class:`~vitattn_mm.engine.CheckpointCheckHook` before the Runner loads
+it), one that cannot be loaded is described (:func:`load_checkpoint_file`,
+:func:`check_checkpoint_file`): empty, not a checkpoint at all, a plain
+pickle rather than a PyTorch checkpoint, damaged (truncated or corrupt) —
+:class:`InvalidCheckpointError` — or a checkpoint that needs code beyond
+the allowlist — :class:`UnsafeCheckpointError`, naming what it needs.
 """
 import argparse
-import functools
 import os.path as osp
 import pickle
 import pickletools
@@ -185,48 +190,67 @@ def _refused_name(error: Exception) -> str:
     return reason.splitlines()[0] if reason else message
 
 
-def _refuse_unsafe(loader):
-    """Wrap an mmengine scheme loader: load failures say what the file is."""
-
-    @functools.wraps(loader)
-    def load(filename, *args, **kwargs):
-        try:
-            return loader(filename, *args, **kwargs)
-        except Exception as error:  # re-raised unless explained below
-            problem = diagnose_checkpoint_file(filename) if isinstance(
-                filename, str) and osp.isfile(filename) else None
-            if problem is None and isinstance(error, EOFError):
-                problem = 'the file is truncated (it ends too early)'
-            if problem is None and 'PytorchStreamReader' in str(error):
-                problem = f'the file is corrupt ({str(error).splitlines()[0]})'
-            if problem is not None:
-                raise InvalidCheckpointError(
-                    f'Cannot load checkpoint {filename}: {problem}.'
-                ) from error
-            if not isinstance(error, pickle.UnpicklingError):
-                raise
-            raise UnsafeCheckpointError(
-                f'Refusing to load checkpoint {filename}: unpickling it needs '
-                f'{_refused_name(error)}, which is not part of a weights '
-                'file, and unpickling arbitrary objects can run code. '
-                'vitattn_mm loads every checkpoint weights-only; it accepts '
-                'tensors, numpy arrays, mmengine log buffers and the '
-                'training options official releases save (argparse '
-                'Namespace, yacs CfgNode). If you created this file '
-                'yourself and trust it, re-save just its tensors '
-                '(torch.save({"state_dict": ...}))') from error
-
-    load._vitattn_mm_safe = True
-    return load
+def _explained(filename, error: Exception) -> Exception:
+    """The error to raise for a file mmengine's loader could not read: what
+    the file is, or what unpickling it needs; ``error`` itself otherwise."""
+    problem = diagnose_checkpoint_file(filename) if isinstance(
+        filename, str) and osp.isfile(filename) else None
+    if problem is None and isinstance(error, EOFError):
+        problem = 'the file is truncated (it ends too early)'
+    if problem is None and 'PytorchStreamReader' in str(error):
+        problem = f'the file is corrupt ({str(error).splitlines()[0]})'
+    if problem is not None:
+        return InvalidCheckpointError(
+            f'Cannot load checkpoint {filename}: {problem}.')
+    if not isinstance(error, pickle.UnpicklingError):
+        return error
+    return UnsafeCheckpointError(
+        f'Refusing to load checkpoint {filename}: unpickling it needs '
+        f'{_refused_name(error)}, which is not part of a weights file, and '
+        'unpickling arbitrary objects can run code. Checkpoints load '
+        'weights-only; tensors, numpy arrays, mmengine log buffers and the '
+        'training options official releases save (argparse Namespace, yacs '
+        'CfgNode) are accepted. If you created this file yourself and trust '
+        'it, re-save just its tensors (torch.save({"state_dict": ...}))')
 
 
-def install_safe_checkpoint_loading() -> None:
-    """Allowlist mmengine's data types and wrap every checkpoint scheme.
+def load_checkpoint_file(filename: str, map_location='cpu'):
+    """mmengine's ``CheckpointLoader.load_checkpoint`` (any path or URL,
+    weights-only), with a file it cannot read described (see the module
+    docstring)."""
+    try:
+        return CheckpointLoader.load_checkpoint(filename, map_location)
+    except Exception as error:  # re-raised, explained where we can
+        explained = _explained(filename, error)
+        if explained is error:
+            raise
+        raise explained from error
 
-    Idempotent; called when :mod:`vitattn_mm` is imported.
-    """
+
+def check_checkpoint_file(filename: str) -> None:
+    """Raise the described error :func:`load_checkpoint_file` would raise
+    for a local file, without reading its tensors (they are memory-mapped),
+    so a Runner is told what is wrong before it loads the file."""
+    if not osp.isfile(filename):
+        return
+    problem = diagnose_checkpoint_file(filename)
+    if problem is not None:
+        raise InvalidCheckpointError(
+            f'Cannot load checkpoint {filename}: {problem}.')
+    try:
+        with open(filename, 'rb') as f:
+            zipped = f.read(2) == _ZIP_MAGIC
+        torch.load(filename, map_location='cpu', weights_only=True,
+                   mmap=zipped)
+    except Exception as error:  # re-raised, explained where we can
+        explained = _explained(filename, error)
+        if explained is error:
+            raise
+        raise explained from error
+
+
+def allow_checkpoint_types() -> None:
+    """Add the data types mmengine's checkpoints and the official releases
+    hold to torch's weights-only allowlist (idempotent; called when
+    :mod:`vitattn_mm` is imported)."""
     torch.serialization.add_safe_globals(SAFE_GLOBALS)
-    schemes = CheckpointLoader._schemes
-    for prefix, loader in list(schemes.items()):
-        if not getattr(loader, '_vitattn_mm_safe', False):
-            schemes[prefix] = _refuse_unsafe(loader)

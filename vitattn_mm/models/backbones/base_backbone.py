@@ -125,12 +125,14 @@ class StagedBackbone(CheckpointLoading, BaseModule):
                             f'{type(init_cfg).__name__}')
         super().__init__(init_cfg=init_cfg)
         check_type('frozen_stages', frozen_stages, Integral)
-        most = num_stages - self.default('frozen_stages_offset', 0)
-        if not -1 <= frozen_stages <= most:
+        offset = self.default('frozen_stages_offset', 0)
+        if not -1 <= frozen_stages <= num_stages - offset:
+            zero = 'the stem' + (' and stage 0' if offset else '')
             raise ValueError(
                 f'{type(self).__name__}: frozen_stages={frozen_stages} is '
                 f'out of range; it has {num_stages} stages, so valid values '
-                f'are -1 (freeze nothing) to {most} (everything).')
+                f'are -1 (freeze nothing), 0 ({zero}) to '
+                f'{num_stages - offset} (everything).')
         for name, value in (('norm_eval', norm_eval), ('with_cp', with_cp),
                             ('convert_weights', convert_weights)):
             check_type(name, value, bool)
