@@ -70,8 +70,8 @@ def test_the_guides_configs_build(cosine_attention):
 
 
 def test_the_tools_take_it_with_no_list_edited(cosine_attention, tmp_path):
-    from vitattn_mm.utils import attention_maps
-    from vitattn_mm.utils.benchmark import build_backbone
+    from vitattn_tools import attention_maps
+    from vitattn_tools.benchmark import build_backbone
     image = torch.randn(1, 3, 64, 64)
     maps = attention_maps.attention_row('CosineAttention', image, (40, 30))
     assert maps[0].title == 'CosineAttention'

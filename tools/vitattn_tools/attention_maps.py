@@ -119,6 +119,9 @@ def layer_maps(model: nn.Module,
         model(image)
     x, hw, *state = store['args']
     hw = tuple(hw)
+    # Every attention is called with the state; only stateful ones read it.
+    state = state if type(attn).supports('stateful') and state and \
+        state[0] is not None else []
     query = query_token(point, image.shape[-2:], hw)
     qi = query[0] * hw[1] + query[1]
     own = attn.query_attention(x, hw, qi, *state)
