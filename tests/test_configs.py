@@ -1,73 +1,81 @@
 """Every config: project conventions, the model builds and takes the demo
 images ``--demo`` feeds it, and (detection and segmentation) its own
 training pipeline runs on demo data."""
-import copy
-import glob
 import os.path as osp
+from functools import partial
 
 import pytest
 import torch
-from mmengine.config import Config
 from mmengine.registry import DATASETS, MODELS, init_default_scope
 
 import vitattn_mm  # noqa: F401
-from vitattn_mm.models.layers import LinspaceOnCPU
+from config_cases import ALL_CONFIGS as CONFIGS
+from config_cases import (cached_config, check_each, family, fresh_config,
+                          on_meta_device)
 from vitattn_tools.demo_config import make_demo_config
 from vitattn_tools.runtime import task_of
-
-CONFIGS = sorted(
-    path for path in glob.glob('configs/**/*.py', recursive=True)
-    if '/_base_/' not in path)
 
 
 def test_configs_found():
     assert len(CONFIGS) > 10
 
 
-@pytest.fixture(scope='module')
-def loaded():
-    return {}
+_DEMO_IMAGES = {}
 
 
-def load(path, cache):
-    if path not in cache:
-        cache[path] = Config.fromfile(path)
-    return copy.deepcopy(cache[path])
+def _demo_image(demo, scope):
+    """The first training image of a demo config. Each task's demo pipeline
+    ends in a fixed size (a fixed-scale resize of fixed images, a crop to
+    ``crop_size``), so configs whose demo dataset is the same get the same
+    image: build each distinct dataset once."""
+    dataset_cfg = demo.train_dataloader.dataset
+    key = (scope, repr(dataset_cfg))
+    if key not in _DEMO_IMAGES:
+        _DEMO_IMAGES[key] = DATASETS.build(dataset_cfg)[0]['inputs']
+    return _DEMO_IMAGES[key]
 
 
-@pytest.mark.parametrize('path', CONFIGS)
-def test_config_conventions_and_build(path, loaded, demo_data):
-    cfg = load(path, loaded)
+def _conventions_and_build(path, demo_data):
+    cfg = fresh_config(path)
     assert cfg.get('custom_imports') == dict(
         imports=['vitattn_mm'], allow_failed_imports=False), \
         f'{path} must load the plugin with allow_failed_imports=False'
     task_of(cfg)  # default_scope from an inherited stock runtime
     init_default_scope(cfg.default_scope)
     # Shapes only: every config builds in a second on the meta device.
-    with torch.device('meta'), LinspaceOnCPU():
+    with on_meta_device():
         model = MODELS.build(cfg.model)
     assert sum(p.numel() for p in model.parameters()) > 0
 
     # `--demo`: the demo config's images are large enough for the backbone
     # (e.g. Swin without small-map padding needs 193 pixels).
     demo = make_demo_config(cfg, data_root=demo_data)
-    image = DATASETS.build(demo.train_dataloader.dataset)[0]['inputs']
+    image = _demo_image(demo, cfg.default_scope)
     minimum = getattr(model.backbone, 'min_input_size', 1)
     assert min(image.shape[-2:]) >= minimum, (path, image.shape, minimum)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('path', CONFIGS)
-def test_demo_image_goes_through_the_model(path, loaded, demo_data):
-    """`--demo` for every recipe: an image as the demo config's pipeline
-    makes it goes through the model's backbone and neck."""
-    cfg = load(path, loaded)
+def test_every_config_follows_the_conventions_and_builds(demo_data):
+    check_each(CONFIGS, partial(_conventions_and_build, demo_data=demo_data))
+
+
+def _demo_image_goes_through_the_model(path, demo_data):
+    cfg = fresh_config(path)
     init_default_scope(cfg.default_scope)
     model = MODELS.build(cfg.model)
     demo = make_demo_config(cfg, data_root=demo_data)
-    image = DATASETS.build(demo.train_dataloader.dataset)[0]['inputs']
+    image = _demo_image(demo, cfg.default_scope)
     with torch.no_grad():
         model.eval().extract_feat(image[None].float())
+
+
+@pytest.mark.slow
+def test_demo_image_goes_through_every_model(demo_data):
+    """`--demo` for every recipe: an image as the demo config's pipeline
+    makes it goes through the model's backbone and neck."""
+    check_each(
+        CONFIGS,
+        partial(_demo_image_goes_through_the_model, demo_data=demo_data))
 
 
 def _point_at_demo(dataset, task, demo_root):
@@ -87,16 +95,9 @@ def _point_at_demo(dataset, task, demo_root):
     return dataset
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('path', CONFIGS)
-def test_own_train_pipeline_runs_on_demo_data(path, loaded, demo_data):
-    cfg = load(path, loaded)
+def _own_train_pipeline_runs_on_demo_data(path, demo_data):
+    cfg = fresh_config(path)
     task = task_of(cfg)
-    if task == 'classification':
-        pytest.skip('ImageNet pipelines need its meta files; the recipe '
-                    'tests run these configs on the demo set instead')
-    if '/demo/' in path:
-        pytest.skip('already a demo-data config (run by test_tools)')
     init_default_scope(cfg.default_scope)
     dataset_cfg = cfg.train_dataloader.dataset
     _point_at_demo(dataset_cfg, task, demo_data)
@@ -106,14 +107,29 @@ def test_own_train_pipeline_runs_on_demo_data(path, loaded, demo_data):
     assert 'data_samples' in sample
 
 
+@pytest.mark.slow
+def test_own_train_pipelines_run_on_demo_data(demo_data):
+    """Every detection and segmentation config's own training pipeline on
+    demo images. Not classification (ImageNet pipelines need its meta
+    files; the recipe tests run those configs on the demo set instead) nor
+    the demo configs (already on demo data, run by test_tools)."""
+    configs = [
+        path for path in CONFIGS if '/demo/' not in path
+        and task_of(cached_config(path)) != 'classification'
+    ]
+    check_each(
+        configs,
+        partial(_own_train_pipeline_runs_on_demo_data, demo_data=demo_data))
+
+
 def test_importing_the_package_registers_everything_configs_name():
     """What ``custom_imports=['vitattn_mm']`` gives a stock tool, in a fresh
     interpreter: every backbone and task model the configs name."""
     import subprocess
     import sys
     names = sorted({
-        Config.fromfile(path).model.get('type', '').split('.')[-1]
-        for path in glob.glob('configs/lavit/*.py')
+        cached_config(path).model.get('type', '').split('.')[-1]
+        for path in family('lavit')
     } | {'LaViT', 'FLattenSwinTransformer', 'L2ViT', 'MSFViT'})
     code = ('import vitattn_mm; from mmengine.registry import MODELS; '
             'import mmdet.registry, mmseg.registry, mmpretrain.registry; '

@@ -14,6 +14,9 @@ import pytest
 import torch
 from mmengine.config import Config
 
+from config_cases import (cached_config, check_each, fresh_config,
+                          on_meta_device)
+
 CONFIGS = sorted(glob.glob('configs/l2vit/*.py'))
 DOWNSTREAM = [c for c in CONFIGS if not c.endswith('_in1k.py')]
 RELEASE = 'https://github.com/ChuanyangZheng/L2ViT/releases/download/v1.0/'
@@ -104,30 +107,38 @@ def _check_weight_decay(config, optimizer, backbone):
     assert {'temperature', 'norm1.weight', 'qkv.weight'} <= checked, checked
 
 
-@pytest.mark.parametrize('config', [
-    'configs/l2vit/l2vit-t_32xb128_in1k.py',
-    'configs/l2vit/mask-rcnn_l2vit-t_fpn_ms-crop-1x_coco.py',
-    'configs/l2vit/retinanet_l2vit-t_fpn_ms-crop-1x_coco.py',
-    'configs/l2vit/upernet_l2vit-t_8xb2-160k_ade20k-512x512.py',
-])
-def test_weight_decay_follows_official_code(config):
+def _weight_decay_follows_official_code(config):
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import DefaultScope, init_default_scope
 
     import vitattn_mm  # noqa: F401
-    cfg = _load(config)
+    cfg = fresh_config(config)
     init_default_scope(cfg.default_scope)
     from mmengine.registry import MODELS
     cfg.model.backbone.init_cfg = None
-    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+    # Which group each parameter falls in needs no weights: shapes only.
+    with DefaultScope.overwrite_default_scope(cfg.default_scope), \
+            on_meta_device():
         model = MODELS.build(cfg.model)
         wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     _check_weight_decay(config, wrapper.optimizer, model.backbone)
 
 
-@pytest.mark.parametrize('config', DOWNSTREAM)
-def test_downstream_config_names_the_official_release_file(config):
-    cfg = _load(config)
+def test_weight_decay_follows_official_code():
+    check_each([
+        'configs/l2vit/l2vit-t_32xb128_in1k.py',
+        'configs/l2vit/mask-rcnn_l2vit-t_fpn_ms-crop-1x_coco.py',
+        'configs/l2vit/retinanet_l2vit-t_fpn_ms-crop-1x_coco.py',
+        'configs/l2vit/upernet_l2vit-t_8xb2-160k_ade20k-512x512.py',
+    ], _weight_decay_follows_official_code)
+
+
+def test_downstream_configs_name_the_official_release_file():
+    check_each(DOWNSTREAM, _names_the_official_release_file)
+
+
+def _names_the_official_release_file(config):
+    cfg = cached_config(config)
     arch = config.split('l2vit-')[1][0]
     init_cfg = cfg.model.backbone.init_cfg
     assert init_cfg.type == 'Pretrained'
@@ -161,7 +172,8 @@ def test_official_release_file_loads_from_its_url(tmp_path, monkeypatch):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
     try:
-        cfg = _load('configs/l2vit/mask-rcnn_l2vit-t_fpn_ms-crop-1x_coco.py')
+        cfg = cached_config(
+            'configs/l2vit/mask-rcnn_l2vit-t_fpn_ms-crop-1x_coco.py')
         init_cfg = dict(cfg.model.backbone.init_cfg)
         init_cfg['checkpoint'] = init_cfg['checkpoint'].replace(
             RELEASE, f'http://127.0.0.1:{server.server_port}/')

@@ -8,7 +8,8 @@ import glob
 
 import numpy as np
 import pytest
-from mmengine.config import Config
+
+from config_cases import cached_config, check_each
 
 CONFIGS = sorted(glob.glob('configs/lavit/*.py'))
 LITERAL = 'configs/lavit/lavit-t_paper-literal_4xb256_in1k.py'
@@ -26,14 +27,17 @@ def _schedule(cfg):
     return warmup['end'], warmup['start_factor'], cosine['eta_min']
 
 
-@pytest.mark.parametrize('config', DEIT_LA + LAVIT)
-def test_deit_recipe(config):
+def test_deit_recipe():
     """facebookresearch/deit main.py defaults (LaViT Sec. 4.3 follows DeiT):
     5 warm-up epochs from 1e-6, cosine to 1e-5, drop path 0.1 (LaViT-B
     0.3), no clipping, AdamW wd 0.05, batch 4 x 256, repeated augmentation,
     Mixup 0.8 / CutMix 1.0, label smoothing 0.1, no EMA; lr 5e-4 * 1024 /
     512 for DeiT/ViT+LA, the paper's 0.005 for LaViT."""
-    cfg = Config.fromfile(config)
+    check_each(DEIT_LA + LAVIT, _deit_recipe)
+
+
+def _deit_recipe(config):
+    cfg = cached_config(config)
     lr = cfg.optim_wrapper.optimizer.lr
     assert lr == (0.005 if config in LAVIT else 1e-3)
     assert cfg.optim_wrapper.optimizer.type == 'AdamW'
@@ -52,11 +56,14 @@ def test_deit_recipe(config):
     assert cfg.auto_scale_lr.base_batch_size == 1024
 
 
-@pytest.mark.parametrize('config', SWIN_LA)
-def test_swin_recipe(config):
+def test_swin_recipe():
     """Swin's own ImageNet recipe (Table 5's Swin rows): 20 warm-up
     epochs, clipping 5, drop path 0.2 / 0.3, lr 1e-3."""
-    cfg = Config.fromfile(config)
+    check_each(SWIN_LA, _swin_recipe)
+
+
+def _swin_recipe(config):
+    cfg = cached_config(config)
     assert cfg.optim_wrapper.optimizer.lr == 1e-3
     assert cfg.optim_wrapper.clip_grad == dict(max_norm=5.0)
     assert _schedule(cfg) == (20, 1e-3, 1e-5)
@@ -64,9 +71,8 @@ def test_swin_recipe(config):
         0.2 if 'swin-t' in config else 0.3)
 
 
-@pytest.mark.parametrize('config', CONFIGS)
-def test_checkpoint_check_and_recipe_sources(config):
-    cfg = Config.fromfile(config)
+def _checkpoint_check_and_recipe_sources(config):
+    cfg = cached_config(config)
     assert any(h['type'] == 'CheckpointCheckHook' for h in cfg.custom_hooks)
     kinds = ('paper:', 'official:', 'openmmlab:', 'ours:')
     assert cfg.recipe_sources and all(
@@ -74,10 +80,14 @@ def test_checkpoint_check_and_recipe_sources(config):
         for v in cfg.recipe_sources.values()), cfg.recipe_sources
 
 
+def test_checkpoint_check_and_recipe_sources():
+    check_each(CONFIGS, _checkpoint_check_and_recipe_sources)
+
+
 def test_paper_literal_is_lavit_t_with_the_papers_dp_loss():
     """Same network, data and recipe as lavit-t (at the paper's lr 0.005);
     only the DP loss (Eq. 9-10 as printed, weight 1) differs."""
-    default, literal = Config.fromfile(LAVIT[0]), Config.fromfile(LITERAL)
+    default, literal = cached_config(LAVIT[0]), cached_config(LITERAL)
     assert literal.optim_wrapper.optimizer.lr == 0.005
     assert literal.model.backbone.dp_loss_weight == 1.0
     assert literal.model.backbone.dp_loss_form == 'paper'

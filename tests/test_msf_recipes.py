@@ -1,10 +1,11 @@
 """MSF recipes: the values each config trains with (the official ImageNet
 recipe with its gradient clipping, the Swin release's multi-scale 1x for
 Mask R-CNN; the checkpoint check and the recipe sources of every config
-are tests/test_recipes.py's); every downstream config and every classification recipe trains an iteration
-and runs a test pass on the demo data (the other variants of a
-classification recipe build and take a training step); the multi-scale crop
-pipeline runs on demo images; a short run lowers an MSF segmentor's loss."""
+are tests/test_recipes.py's); every downstream config and every
+classification recipe trains an iteration and runs a test pass on the demo
+data (the other variants of a classification recipe build and take a
+training step); the multi-scale crop pipeline runs on demo images; a short
+run lowers an MSF segmentor's loss."""
 import glob
 import os.path as osp
 
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
+
+from config_cases import cached_config, check_each, fresh_config
 
 DOWNSTREAM = sorted(
     glob.glob('configs/msf/upernet_*.py') +
@@ -55,13 +58,16 @@ def test_every_config_is_covered_and_in_the_metafile():
 CLS_ALL = sorted(glob.glob('configs/msf/*_in1k.py'))
 
 
-@pytest.mark.parametrize('config', CLS_ALL)
-def test_imagenet_recipe_is_the_official_one(config):
+def test_imagenet_recipes_are_the_official_one():
     """tk1980/MSFtransformer train.py defaults + README command: AdamW 1e-3,
     wd 0.05 on every parameter, grad norm clipped at 1, fp16, batch 4 x 256,
     10 warm-up epochs from 0.033x, cosine; Simple ViT without drop path,
     Swin with its own (0.2 / 0.3)."""
-    cfg = Config.fromfile(config)
+    check_each(CLS_ALL, _imagenet_recipe_is_the_official_one)
+
+
+def _imagenet_recipe_is_the_official_one(config):
+    cfg = cached_config(config)
     optim = cfg.optim_wrapper
     assert optim.type == 'AmpOptimWrapper'
     assert optim.clip_grad == dict(max_norm=1.0)
@@ -83,14 +89,17 @@ def test_imagenet_recipe_is_the_official_one(config):
         'official: MSFtransformer/train.py')
 
 
-@pytest.mark.parametrize('config', sorted(glob.glob(
-    'configs/msf/mask-rcnn_*.py')))
-def test_mask_rcnn_is_the_swin_release_multiscale_1x(config):
+def test_mask_rcnn_is_the_swin_release_multiscale_1x():
     """Swin-Transformer-Object-Detection's mask_rcnn_swin_tiny ... mstrain_
     480-800_adamw_1x: mmdet's ms-crop pipeline on a 12-epoch schedule."""
-    cfg = Config.fromfile(config)
+    check_each(sorted(glob.glob('configs/msf/mask-rcnn_*.py')),
+               _is_the_swin_release_multiscale_1x)
+
+
+def _is_the_swin_release_multiscale_1x(config):
+    cfg = cached_config(config)
     import mmdet
-    stock = Config.fromfile(osp.join(
+    stock = cached_config(osp.join(
         osp.dirname(mmdet.__file__), '.mim', 'configs', 'swin',
         'mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py'))
     assert cfg.train_dataloader.dataset.pipeline == \
@@ -118,7 +127,7 @@ def test_mask_rcnn_multiscale_crop_pipeline_runs(demo_data):
     from mmdet.registry import DATASETS
     from mmdet.utils import register_all_modules
     register_all_modules()
-    cfg = Config.fromfile('configs/msf/mask-rcnn_msf-swin-t_fpn_1x_coco.py')
+    cfg = fresh_config('configs/msf/mask-rcnn_msf-swin-t_fpn_1x_coco.py')
     demo = Config.fromfile('configs/_base_/datasets/demo_coco_instance.py')
     dataset_cfg = demo.train_dataloader.dataset
     dataset_cfg.update(data_root=f'{demo_data}/coco',
@@ -157,12 +166,16 @@ def test_recipe_trains_and_tests_on_demo_data(run_recipe, config):
     assert attn.qkv.groups == (2 if '-g2' in config else 1)
 
 
-@pytest.mark.parametrize('config', CLS_SIZES)
-def test_classification_variants_build_and_train(config):
+@pytest.mark.slow  # 16 full-size classifiers, each a training step
+def test_classification_variants_build_and_train():
+    check_each(CLS_SIZES, _classification_variant_builds_and_trains)
+
+
+def _classification_variant_builds_and_trains(config):
     from mmpretrain.registry import MODELS
     from mmpretrain.structures import DataSample
     torch.manual_seed(0)
-    cfg = Config.fromfile(config)
+    cfg = fresh_config(config)
     model = MODELS.build(cfg.model)
     size = 224 if 'swin' in config else 64
     images = torch.randn(2, 3, size, size)

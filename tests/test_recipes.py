@@ -14,6 +14,7 @@ from mmengine.runner import Runner
 sys.path.insert(0, 'tools')
 from recipe_table import COMMAND, TABLE, shipped_configs  # noqa: E402
 
+from config_cases import check_each  # noqa: E402
 from vitattn_tools.recipes import (FIELDS, load_config,  # noqa: E402
                                    read_recipe, render_recipes,
                                    stock_base_of, stock_config_path)
@@ -66,13 +67,16 @@ def test_configs_train_with_the_documented_recipe(recipes):
     assert text == render_recipes(list(recipes.values()), COMMAND) + '\n'
 
 
-@pytest.mark.parametrize('config', CONFIGS)
-def test_every_recipe_value_has_a_source(config, recipes):
-    recipe = recipes[config]
-    assert not recipe.malformed_sources(), recipe.malformed_sources()
-    assert not recipe.unsourced(), (
-        f'{config}: no recipe_sources entry for {recipe.unsourced()} '
-        '(values that differ from the stock base need one)')
+def test_every_recipe_value_has_a_source(recipes):
+
+    def has_sources(config):
+        recipe = recipes[config]
+        assert not recipe.malformed_sources(), recipe.malformed_sources()
+        assert not recipe.unsourced(), (
+            f'{config}: no recipe_sources entry for {recipe.unsourced()} '
+            '(values that differ from the stock base need one)')
+
+    check_each(CONFIGS, has_sources)
 
 
 def test_recipe_values_read_the_resolved_config(tmp_path):
@@ -106,12 +110,7 @@ def test_batch_is_read_from_the_name_or_auto_scale_lr(recipes):
                    ].values['batch'] == '16 (8x2)'
 
 
-@pytest.mark.parametrize('config', CONFIGS + sorted(
-    c for c in glob.glob('configs/demo/*.py')))
-def test_every_config_carries_the_checkpoint_check(config):
-    """So mmdet's / mmseg's / mmpretrain's own tools/train.py refuse a
-    load_from file that fills (almost) nothing, as ours do; hooks of the
-    stock base are kept."""
+def _carries_the_checkpoint_check(config):
     cfg = load_config(config)
     hooks = [hook['type'] for hook in cfg.get('custom_hooks') or []]
     assert hooks.count('CheckpointCheckHook') == 1, hooks
@@ -120,6 +119,14 @@ def test_every_config_carries_the_checkpoint_check(config):
         stock = load_config(stock_config_path(base))
         for hook in stock.get('custom_hooks') or []:
             assert hook['type'] in hooks, f'stock {hook["type"]} dropped'
+
+
+def test_every_config_carries_the_checkpoint_check():
+    """So mmdet's / mmseg's / mmpretrain's own tools/train.py refuse a
+    load_from file that fills (almost) nothing, as ours do; hooks of the
+    stock base are kept."""
+    check_each(CONFIGS + sorted(glob.glob('configs/demo/*.py')),
+               _carries_the_checkpoint_check)
 
 
 def test_stock_runner_refuses_an_unconverted_official_file(tmp_path):

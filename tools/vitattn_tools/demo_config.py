@@ -11,7 +11,6 @@ import copy
 import os.path as osp
 from typing import Any, List, Optional
 
-import torch
 from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
 from mmengine.registry import MODELS, DefaultScope
@@ -116,8 +115,11 @@ def _set_pipeline_size(pipeline: List[dict], size: int) -> None:
 def _min_input_size(cfg: Config) -> int:
     """The smallest image side the config's backbone takes (0 if it does
     not say): read from the backbone built on the meta device."""
+    # Here, not at the top: it imports vitattn_mm's models, which the
+    # launcher helpers importing this module do not need.
+    from .meta import on_meta_device
     with DefaultScope.overwrite_default_scope(cfg.get('default_scope')), \
-            torch.device('meta'):
+            on_meta_device():
         backbone = MODELS.build(cfg.model.backbone)
     return getattr(backbone, 'min_input_size', 0)
 
