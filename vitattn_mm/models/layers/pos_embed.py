@@ -8,12 +8,7 @@ import torch.nn.functional as F
 from mmengine.logging import MMLogger
 from mmengine.model.weight_init import trunc_normal_
 
-
-def _capturing() -> bool:
-    """Whether a graph that must serve other input sizes is being captured
-    (ONNX export, ``torch.compile``); a plain trace (the FLOP counter's)
-    records what eager mode computes at its one size."""
-    return torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
+from .size_aware import capturing
 
 
 def resize_pos_embed(pos_embed: torch.Tensor,
@@ -24,10 +19,10 @@ def resize_pos_embed(pos_embed: torch.Tensor,
     """Resize a ``(1, E + H*W, C)`` positional embedding to another grid
     (the ``E`` leading rows, e.g. a class token's, are kept as they are).
 
-    The size-aware primitive of position tables: eagerly, a table already on
-    ``dst_hw`` is returned as it is; while a graph is captured the resize is
-    always part of the graph (at the source size it is the identity), so
-    the graph serves every input size. Interpolation runs in fp32 (bicubic
+    The size-aware primitive of position tables (see :mod:`.size_aware`):
+    eagerly, a table already on ``dst_hw`` is returned as it is; while a
+    graph is captured the resize is always part of the graph (at the source
+    size it is the identity), so the graph serves every input size. Interpolation runs in fp32 (bicubic
     is fp32-only on several devices) and the result is cast back, so it is
     safe under autocast.
 
@@ -43,7 +38,7 @@ def resize_pos_embed(pos_embed: torch.Tensor,
         Tensor: Embedding of shape ``(1, E + dst_h * dst_w, C)``.
     """
     src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
-    if not _capturing() and src_hw == dst_hw:
+    if not capturing() and src_hw == dst_hw:
         return pos_embed
     _, length, channels = pos_embed.shape
     if length != num_extra_tokens + src_hw[0] * src_hw[1]:

@@ -8,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
 
+from ...layers.size_aware import token_depthwise_conv
 from ..base import Grid
 
 
@@ -61,16 +62,24 @@ class ConvAttentionTransform(BaseModule):
 
     def forward(self, logits: torch.Tensor, query_hw: Grid,
                 key_hw: Grid) -> torch.Tensor:
-        # The token counts go into the batch and the heads are the channels,
-        # so the layers' own kernels apply as they are: their shapes do not
-        # depend on the input size, which keeps a captured graph (ONNX,
-        # torch.compile) valid at every size.
+        # The maps are never transposed. A head's (N_q, key grid) scores
+        # are N_q images of the key grid in NCHW and, read as channels-last,
+        # N_k images of the query grid: each conv runs in the layout the
+        # scores already have, one head at a time (its kernel shared by all
+        # the head's rows / columns), and the heads mix per score.
         B, h, Nq, Nk = logits.shape
-        x = logits.transpose(1, 2).reshape(B * Nq, h, *key_hw)
-        x = self.key_conv(x).reshape(B, Nq, h, Nk)
-        x = x.permute(0, 3, 2, 1).reshape(B * Nk, h, *query_hw)
-        x = self.head_mix(self.query_conv(x))
-        return x.reshape(B, Nk, h, Nq).permute(0, 2, 3, 1)
+        heads = []
+        for i in range(h):
+            x = logits[:, i].reshape(B, Nq, *key_hw)
+            x = token_depthwise_conv(x, self.key_conv.weight[i:i + 1])
+            x = x.reshape(B, *query_hw, Nk).permute(0, 3, 1, 2)
+            x = token_depthwise_conv(x, self.query_conv.weight[i:i + 1])
+            heads.append(x.permute(0, 2, 3, 1).reshape(B, Nq, Nk))
+        # The 1x1 head mix as the matmul it is (a conv over an N_q x N_k
+        # "image" would make a compiled graph guard on its size).
+        mix = self.head_mix.weight[:, :, 0, 0].expand(B, -1, -1)
+        heads = torch.stack(heads, 1).view(B, h, Nq * Nk)
+        return torch.bmm(mix, heads).view(B, h, Nq, Nk)
 
 
 class DenseAttentionTransform(BaseModule):

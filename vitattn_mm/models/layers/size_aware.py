@@ -1,0 +1,40 @@
+"""Size-aware primitives that decide themselves how a captured graph computes
+them.
+
+ONNX export and ``torch.compile`` record one graph that must serve every
+input size. The padding primitives (:mod:`.padding`) serve it by always
+padding; the two here compute a size-dependent quantity that a graph must
+not freeze, so they take another (equal) route while one is captured. No
+model code asks whether a graph is captured: it calls these.
+"""
+import torch
+import torch.nn.functional as F
+
+
+def capturing() -> bool:
+    """Whether a graph that must serve other input sizes is being captured
+    (ONNX export, ``torch.compile``); a plain trace (the FLOP counter's)
+    records what eager mode computes at its one size."""
+    return torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
+
+
+def token_depthwise_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Convolve every channel of an NCHW map with one shared ``k x k``
+    kernel (``weight``: ``(1, 1, k, k)``, zero padding ``k // 2``), where the
+    channels are a token count (Less-Attention's score maps: one image of
+    the key grid per query, of the query grid per key).
+
+    Eagerly one depthwise conv with as many groups as channels, the fastest
+    kernel on the CPU (3-6x the others measured). A graph cannot take a
+    group count that follows the input size (ONNX's is an attribute, and
+    ``torch.compile`` would recompile per size), so while one is captured
+    the channels become the depth of a 3-D conv with the same static
+    ``1 x k x k`` kernel: the same result.
+    """
+    pad = weight.shape[-1] // 2
+    if capturing():
+        return F.conv3d(x[:, None], weight[:, :, None],
+                        padding=(0, pad, pad))[:, 0]
+    channels = x.shape[1]
+    return F.conv2d(x, weight.expand(channels, -1, -1, -1), padding=pad,
+                    groups=channels)
