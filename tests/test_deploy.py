@@ -11,8 +11,10 @@ import vitattn_mm  # noqa: F401
 from tiny_backbones import SKELETONS, build_tiny, registered_backbones
 from vitattn_mm.deployment import check_onnx, export_onnx, wrap_for_export
 from vitattn_mm.models.backbones import AttnViT
-from vitattn_mm.models.backbones.lavit import ConvAttentionTransform
-from vitattn_mm.models.layers import CornerPadding, StagedBackbone
+from vitattn_mm.models.attentions.less_attention import \
+    ConvAttentionTransform
+from vitattn_mm.models.backbones.base_backbone import StagedBackbone
+from vitattn_mm.models.layers import CornerPadding, size_aware
 from vitattn_mm.registry import ATTENTIONS
 
 pytest.importorskip('onnxruntime')
@@ -59,8 +61,8 @@ def test_every_attention_exports_at_any_size(name, tmp_path):
 
 @pytest.mark.slow
 def test_dynamo_exporter_round_trip(tmp_path):
-    """The dynamo exporter too, on MSF's attention (exported in its explicit
-    form: the exporter cannot decompose the fused one on symbolic sizes)."""
+    """The dynamo exporter too, on MSF's attention as it is built (the fused
+    kernel with its key-norm bias, decomposed on symbolic sizes)."""
     pytest.importorskip('onnxscript')
     model = build_tiny('MSFViT')
     path = str(tmp_path / 'msf_vit.onnx')
@@ -100,9 +102,10 @@ def test_backbones_build_their_padding_capture_ready():
         assert all(type(m) is CornerPadding for m in paddings), name
 
 
-def test_lavit_batched_transform_equals_default():
-    """The LA transform's capture path (token counts in the batch) gives the
-    eager path's result, with trained-like (non-identity) weights."""
+def test_lavit_transform_captured_route_equals_eager(monkeypatch):
+    """The LA transform's depthwise convs over token counts take their
+    static route while a graph is captured (``token_depthwise_conv``): the
+    same result as eagerly, with trained-like (non-identity) weights."""
     torch.manual_seed(0)
     transform = ConvAttentionTransform(num_heads=3, kernel_size=3)
     for p in transform.parameters():
@@ -110,7 +113,8 @@ def test_lavit_batched_transform_equals_default():
     query_hw, key_hw = (5, 7), (3, 4)
     logits = torch.randn(2, 3, 35, 12)
     expected = transform(logits, query_hw, key_hw)
-    got = transform._forward_batched(logits, query_hw, key_hw)
+    monkeypatch.setattr(size_aware, 'capturing', lambda: True)
+    got = transform(logits, query_hw, key_hw)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 

@@ -31,9 +31,15 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """``(B, heads, N, d)`` -> ``(B, N, heads * d)``."""
+    """``(B, heads, N, d)`` -> ``(B, N, heads * d)``.
+
+    Through an explicit copy (as ``reshape`` copies here anyway): the
+    strides of a fused kernel's output differ between its eager and its
+    decomposed (ONNX dynamo) form, and a graph traced as a view of the one
+    breaks on the other."""
     B, h, N, d = x.shape
-    return x.transpose(1, 2).reshape(B, N, h * d)
+    x = x.transpose(1, 2).clone(memory_format=torch.contiguous_format)
+    return x.view(B, N, h * d)
 
 
 def window_logit_bias(bias: Optional[torch.Tensor],
