@@ -10,12 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tiny_backbones import ARCHS
 from vitattn_mm.models.attentions import (CrossShapedWindowAttention,
                                           FocusedLinearAttention)
 from vitattn_mm.models.backbones import (AttnCSwinTransformer,
                                          FLattenCSwinTransformer)
 
-TINY = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4])
+#: Even heads: the cross-shaped blocks split them between two branches.
+TINY = ARCHS['swin-1221']
 
 
 # ---------------------------------------------------------------- attention
@@ -151,12 +153,12 @@ def test_flatten_cswin_sizes_match_the_paper(arch, params):
 
 
 # ------------------------------------------------------- official checkpoint
-def _official_state_dict(embed_dims=16, depths=(1, 1, 2, 1),
-                         num_heads=(2, 2, 4, 4), img=224,
+def _official_state_dict(embed_dims, depths, num_heads, img=224,
                          flatten_stages=2):
-    """Names and shapes of a released FLatten-CSwin file (random values):
-    FLatten blocks keep one global branch ``attns.0`` with LePE, the
-    cross-shaped blocks two half-width branches, the last stage one."""
+    """Names and shapes of a released FLatten-CSwin file (random values) of
+    the given arch: FLatten blocks keep one global branch ``attns.0`` with
+    LePE, the cross-shaped blocks two half-width branches, the last stage
+    one."""
     c = embed_dims
     sd = {
         'stage1_conv_embed.0.weight': (c, 3, 7, 7),
@@ -242,7 +244,7 @@ def _random_value(name, shape):
 @pytest.fixture(scope='module')
 def official_file(tmp_path_factory):
     torch.manual_seed(0)
-    state = _official_state_dict()
+    state = _official_state_dict(**TINY)
     ema = {k: v + 1 for k, v in state.items()}
     path = str(tmp_path_factory.mktemp('official') / 'flatten_cswin_t.pth')
     torch.save({'model': state, 'state_dict_ema': ema, 'epoch': 300}, path)
@@ -313,7 +315,7 @@ def test_conversion_is_idempotent(official_file):
 
 def test_cswin_blocks_of_the_official_layout():
     """A plain CSwin file (no FLatten blocks) fills the CSwin skeleton."""
-    state = _official_state_dict(flatten_stages=0)
+    state = _official_state_dict(**TINY, flatten_stages=0)
     model = AttnCSwinTransformer(TINY, out_indices=(3, )).eval()
     converted = model.convert_official(state)
     converted.pop('head.weight'), converted.pop('head.bias')

@@ -9,19 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tiny_backbones import ARCHS
 from vitattn_mm.models.attentions import FocusedLinearAttention
 from vitattn_mm.models.backbones.flatten import (FLattenDeiT, FLattenPVT,
                                                  FLattenPVTv2,
                                                  FLattenSwinTransformer)
 
-# Small widths, one block per stage (two where Swin needs its shifted
-# block): fast, and the arch the README demo can use.
-TINY_SWIN = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 2, 2, 4])
-TINY_PVT = dict(
-    embed_dims=[16, 32, 64, 128],
-    depths=[1, 1, 1, 1],
-    num_heads=[1, 2, 2, 4],
-    mlp_ratios=[4, 4, 4, 4])
+# Small widths (stage widths 16-128 for Swin: the positional encodings'
+# shapes below), two blocks in the middle stages.
+TINY_SWIN = ARCHS['swin-1221']
+TINY_PVT = ARCHS['pvt-1221']
 
 
 # ---------------------------------------------------------------- attention
@@ -211,7 +208,7 @@ def test_pvt_output_norms():
 
 
 # --------------------------------------------------------------- FLatten-DeiT
-TINY_DEIT = dict(embed_dims=32, depth=2, num_heads=2)
+TINY_DEIT = ARCHS['vit-3']
 
 
 def test_flatten_deit_tiny_is_the_papers_model():
@@ -483,20 +480,20 @@ def test_patch_merging_conversion_matches_official_merge():
     """Official merging concatenates (0,0), (1,0), (0,1), (1,1) neighbours;
     the converted weights must give the same output through mmcv's
     unfold-based PatchMerging."""
-    state = _official_swin_state_dict(embed_dims=8, depths=(1, 1, 2, 1),
-                                      num_heads=(1, 1, 1, 1))
-    model = FLattenSwinTransformer(
-        dict(embed_dims=8, depths=[1, 1, 2, 1], num_heads=[1, 1, 1, 1]))
+    state = _official_swin_state_dict(**TINY_SWIN)
+    model = FLattenSwinTransformer(TINY_SWIN)
     converted = model.convert_official(state)
     model.load_state_dict(converted, strict=False)
-    x = torch.randn(2, 6 * 10, 8)
+    C = TINY_SWIN['embed_dims']
+    x = torch.randn(2, 6 * 10, C)
     w = state['layers.0.downsample.reduction.weight']
     nw, nb = (state[f'layers.0.downsample.norm.{p}']
               for p in ('weight', 'bias'))
-    grid = x.view(2, 6, 10, 8)
+    grid = x.view(2, 6, 10, C)
     merged = torch.cat([grid[:, 0::2, 0::2], grid[:, 1::2, 0::2],
                         grid[:, 0::2, 1::2], grid[:, 1::2, 1::2]], -1)
-    ref = F.linear(F.layer_norm(merged.reshape(2, -1, 32), (32, ), nw, nb), w)
+    ref = F.linear(
+        F.layer_norm(merged.reshape(2, -1, 4 * C), (4 * C, ), nw, nb), w)
     ours, hw = model.stages[0].downsample(x, (6, 10))
     assert hw == (3, 5)
     assert torch.allclose(ours, ref, atol=1e-5)

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 
+from tiny_backbones import ARCHS
 from vitattn_mm.models.attentions import LinearGlobalAttention, build_attention
 from vitattn_mm.models.backbones.l2vit import (L2VIT_GLOBAL, L2VIT_LOCAL,
                                                L2ViT, L2ViTBlock)
@@ -20,9 +21,8 @@ def _block(dims, heads, local_window):
                            embed_dims=dims, num_heads=heads)
     return L2ViTBlock(dims, attn, local_window=local_window)
 
-#: A narrow L2ViT (official head_dim 32) for tests that need many forwards.
-SMALL_ARCH = dict(embed_dims=[32, 64, 128, 256], depths=[2, 2, 2, 2],
-                  num_heads=[1, 2, 4, 8])
+#: A narrow L2ViT: each stage's local-window and global blocks.
+SMALL_ARCH = ARCHS['l2vit-2222']
 
 #: Parameter counts of the official ImageNet models (backbone + 1000-class
 #: head), measured on ChuanyangZheng/L2ViT's classification/models/l2vit.py.

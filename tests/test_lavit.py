@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tiny_backbones import ARCHS
 from vitattn_mm.models.aux_loss import (AuxLossImageClassifier,
                                         AuxLossRetinaNet, pop_aux_losses)
 from vitattn_mm.models.attentions.less_attention.layers import (
@@ -21,16 +22,9 @@ from vitattn_mm.models.attentions.less_attention.transforms import (
     ConvAttentionTransform, DenseAttentionTransform)
 from vitattn_mm.models.backbones.lavit import LaViT
 
-# Small widths. Stage 2 starts with a VA layer that keeps no logits (the
-# residual enters the fused kernel as its mask), stage 3 has a VA layer
-# keeping its logits then two chained LA layers, stage 4 a VA then an LA
-# layer.
-TINY = dict(
-    embed_dims=[16, 32, 64, 128],
-    depths=[1, 2, 3, 2],
-    num_heads=[1, 2, 2, 4],
-    mlp_ratios=[2, 2, 2, 2],
-    la_start=[0, 0, 2, 2])
+# Stage 2's VA layer keeps no logits, stage 3 chains two LA layers after a
+# VA layer, stage 4 has a VA then an LA layer (tests/tiny_backbones.py).
+TINY = ARCHS['lavit-1232']
 
 
 def _is_la(block):

@@ -6,6 +6,7 @@ import torch
 from mmcv.cnn.bricks.transformer import AdaptivePadding
 from mmpretrain.models.utils.attention import ShiftWindowMSA, WindowMSA
 
+from tiny_backbones import ARCHS
 from vitattn_mm.models.attentions import WindowedAttention
 from vitattn_mm.models.attentions import WindowMSA as OurWindowMSA
 from vitattn_mm.models.attentions import pass_on, softmax_attention
@@ -73,8 +74,7 @@ def test_pos_embed_resize():
 def test_pos_embed_resizes_checkpoint_on_load():
     """A position table learned on another grid is resized when the
     backbone loads it (any loader: here plain ``load_state_dict``)."""
-    arch = dict(embed_dims=[8, 16, 32, 64], depths=[1, 1, 1, 1],
-                num_heads=[1, 2, 2, 4], mlp_ratios=[4, 4, 4, 4])
+    arch = ARCHS['pvt-1111-w8']
     torch.manual_seed(0)
     small = AttnPVT(arch, pretrain_img_size=64)
     big = AttnPVT(arch, pretrain_img_size=128)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
+from tiny_backbones import ARCHS
 from vitattn_mm.models.aux_loss import pop_aux_losses
 from vitattn_mm.models.backbones import (AttnSwinTransformer, AttnViT,
                                          LessAttnSwinTransformer, LessAttnViT)
@@ -19,8 +20,8 @@ from vitattn_mm.models.attentions.less_attention.residual import \
 from vitattn_mm.models.attentions.less_attention.state import \
     LessAttentionState
 
-SWIN = dict(embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
-VIT = dict(embed_dims=32, depth=4, num_heads=2)
+SWIN = ARCHS['swin-1221']
+VIT = ARCHS['vit-3']
 #: AttnViT in the plug-in's layout: no class token, a norm per output.
 VIT_LAYOUT = dict(with_cls_token=False, final_norm=False, out_norm=True,
                   out_type='featmap', norm_cfg=dict(type='LN'),
@@ -87,11 +88,11 @@ def test_swin_la_without_less_attention_is_mmpretrains_swin():
 ])
 def test_vit_la_without_less_attention_is_the_softmax_vit(layout):
     torch.manual_seed(0)
-    vit = AttnViT(arch=VIT, out_indices=(1, 3), **VIT_LAYOUT,
+    vit = AttnViT(arch=VIT, out_indices=(1, 2), **VIT_LAYOUT,
                   **layout).eval()
     ours = LessAttnViT(
-        arch=dict(VIT, la_start=2), less_attention=False, out_indices=(1, 3),
-        **layout).eval()
+        arch=ARCHS['lessattn-vit-3'], less_attention=False,
+        out_indices=(1, 2), **layout).eval()
     ours.load_state_dict(_split_qkv(vit.state_dict(), 'attn', 'attn'))
     x = torch.randn(2, 3, 80, 112)
     with torch.no_grad():
@@ -214,7 +215,7 @@ def test_swin_la_trains_la_transforms_and_attention_residual():
     attention residual, through the outputs and the DP loss."""
     torch.manual_seed(0)
     model = LessAttnSwinTransformer(
-        arch=dict(SWIN, depths=[2, 2, 3, 2], la_start=[2, 2, 2, 2])).train()
+        arch=ARCHS['lessattn-swin-2232']).train()
     outs = model(torch.randn(2, 3, 71, 90))
     losses = pop_aux_losses(model)
     assert set(losses) == {'loss_dp'} and losses['loss_dp'] > 0

@@ -18,6 +18,7 @@ from mmengine.runner.checkpoint import CheckpointLoader
 from test_msf import OFFICIAL, official_state_dict
 
 import vitattn_mm  # noqa: F401  (allows mmengine's data types)
+from tiny_backbones import ARCHS
 from vitattn_mm.engine import CheckpointCheckHook
 from vitattn_mm.models.backbones.flatten import (FLattenPVT,
                                                  FLattenSwinTransformer)
@@ -32,23 +33,15 @@ from vitattn_tools.runtime import load_tool_config
 
 MSF_CONFIG = 'configs/msf/msf-vit-s_4xb256-300e_in1k.py'
 
-#: Each backbone class with a small arch (4 stages; MSFViT: 3 blocks).
+#: Each backbone class with its tiny arch from tests/tiny_backbones.py (4
+#: stages; MSFViT: 3 blocks).
 BACKBONES = {
-    'FLattenSwinTransformer': (FLattenSwinTransformer,
-                               dict(embed_dims=16, depths=[1, 1, 2, 1],
-                                    num_heads=[1, 2, 2, 4])),
-    'FLattenPVT': (FLattenPVT,
-                   dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1],
-                        num_heads=[1, 2, 2, 4], mlp_ratios=[4, 4, 4, 4])),
-    'L2ViT': (L2ViT, dict(embed_dims=[32, 64, 128, 256],
-                          depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8])),
-    'LaViT': (LaViT, dict(embed_dims=[16, 32, 64, 128], depths=[1, 2, 3, 2],
-                          num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2],
-                          la_start=[0, 0, 2, 2])),
-    'MSFSwinTransformer': (MSFSwinTransformer,
-                           dict(embed_dims=16, depths=[2, 2, 2, 2],
-                                num_heads=[1, 2, 2, 4])),
-    'MSFViT': (MSFViT, dict(embed_dims=32, depth=3, num_heads=2)),
+    'FLattenSwinTransformer': (FLattenSwinTransformer, ARCHS['swin-1221']),
+    'FLattenPVT': (FLattenPVT, ARCHS['pvt-1221']),
+    'L2ViT': (L2ViT, ARCHS['l2vit-2222']),
+    'LaViT': (LaViT, ARCHS['lavit-1232']),
+    'MSFSwinTransformer': (MSFSwinTransformer, ARCHS['swin-1221']),
+    'MSFViT': (MSFViT, ARCHS['vit-3']),
 }
 
 
@@ -63,9 +56,7 @@ def msf_classifier():
     from mmpretrain.registry import MODELS
     init_default_scope('mmpretrain')
     cfg = Config.fromfile(MSF_CONFIG)
-    cfg.model.backbone.arch = dict(embed_dims=OFFICIAL['dim'],
-                                   depth=OFFICIAL['depth'],
-                                   num_heads=OFFICIAL['heads'])
+    cfg.model.backbone.arch = dict(ARCHS['msf-simplevit-2'])
     cfg.model.head.update(in_channels=OFFICIAL['dim'],
                           num_classes=OFFICIAL['classes'])
     return MODELS.build(cfg.model)

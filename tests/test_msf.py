@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from mmpretrain.models.utils.attention import WindowMSA
 
+from tiny_backbones import ARCHS
 from vitattn_mm.models.attentions import GroupedLinear, MeanShiftAttention
 from vitattn_mm.models.backbones.msf import MSFSwinTransformer, MSFViT
 from vitattn_mm.models.layers import shifted_window_mask, sincos_pos_embed_2d
@@ -28,8 +29,7 @@ def one_thread(request):
     torch.set_num_threads(threads)
 
 
-TINY_SWIN = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
-TINY_VIT = dict(embed_dims=32, depth=3, num_heads=2)
+TINY_VIT = ARCHS['vit-3']
 
 
 def naive_attention(attn: MeanShiftAttention, x: torch.Tensor,
@@ -321,7 +321,12 @@ def test_learned_position_embedding_is_resized(tmp_path):
 
 
 # ----------------------------------------------- official checkpoint (ViT)
-OFFICIAL = dict(dim=64, depth=2, heads=2, mlp=256, classes=5, patch=16)
+#: The official SimpleViT layout in small: its arch (tests/tiny_backbones.py)
+#: with the official 4x MLP, a 5-class head and 16x16 patches.
+OFFICIAL_ARCH = ARCHS['msf-simplevit-2']
+OFFICIAL = dict(dim=OFFICIAL_ARCH['embed_dims'], depth=OFFICIAL_ARCH['depth'],
+                heads=OFFICIAL_ARCH['num_heads'],
+                mlp=4 * OFFICIAL_ARCH['embed_dims'], classes=5, patch=16)
 
 
 def official_state_dict(groups: int, mean_shift: bool = True):
@@ -424,8 +429,7 @@ def test_official_checkpoint_loads_and_matches(tmp_path, groups,
     path = tmp_path / 'official.pth'
     torch.save({'model': sd}, path)
     backbone = MSFViT(
-        dict(embed_dims=OFFICIAL['dim'], depth=OFFICIAL['depth'],
-             num_heads=OFFICIAL['heads']),
+        OFFICIAL_ARCH,
         mean_shift=mean_shift,
         groups=groups,
         out_type='avg_featmap',
@@ -446,8 +450,7 @@ def test_official_checkpoint_loads_and_matches(tmp_path, groups,
     # Plain load_state_dict converts the official tensors on its own (the
     # ViT skeleton's Simple-ViT converter), to the model init_cfg gave.
     direct = MSFViT(
-        dict(embed_dims=OFFICIAL['dim'], depth=OFFICIAL['depth'],
-             num_heads=OFFICIAL['heads']),
+        OFFICIAL_ARCH,
         mean_shift=mean_shift,
         groups=groups,
         out_type='avg_featmap').eval()
@@ -481,9 +484,7 @@ def test_converter_output_loads_strictly_into_the_classifier():
     init_default_scope('mmpretrain')
     converted = load_converter().convert(official_state_dict(groups=2))
     cfg = Config.fromfile('configs/msf/msf-vit-s-g2_4xb256-300e_in1k.py')
-    cfg.model.backbone.arch = dict(embed_dims=OFFICIAL['dim'],
-                                   depth=OFFICIAL['depth'],
-                                   num_heads=OFFICIAL['heads'])
+    cfg.model.backbone.arch = dict(OFFICIAL_ARCH)
     cfg.model.head.update(in_channels=OFFICIAL['dim'],
                           num_classes=OFFICIAL['classes'])
     classifier = MODELS.build(cfg.model)
