@@ -182,6 +182,24 @@ def test_pretrained_official_file_loads_everything(tmp_path):
     assert model.pos_embed.weight.shape == (1, 16, 4)
 
 
+def test_convert_weights_false_loads_no_official_layout(tmp_path):
+    """mmdet's switch, honoured: without it an official file is not
+    converted, so it fills nothing and is refused; our own layout loads."""
+    path = str(tmp_path / 'official.pth')
+    torch.save({'model': _official_state_dict()}, path)
+
+    class Unconverted(TinyBackbone):
+
+        def __init__(self, init_cfg=None):
+            super().__init__(init_cfg)
+            self.convert_weights = False
+
+    model = Unconverted(init_cfg=dict(type='Pretrained', checkpoint=path))
+    with pytest.raises(RuntimeError, match='fills only|matches none'):
+        model.init_weights()
+    model.load_state_dict(TinyBackbone().state_dict())
+
+
 def test_pretrained_detector_checkpoint_prefix_is_stripped(tmp_path):
     source = TinyBackbone()
     path = str(tmp_path / 'detector.pth')
