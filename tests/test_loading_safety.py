@@ -180,10 +180,14 @@ def test_test_py_refuses_official_file_and_evaluates_converted(
 
 # ------------------------------------------------ 2. partial init_cfg loads
 def test_pretrained_cross_family_partial_load_raises(tmp_path):
-    """A FLatten-PVT file fills many of LaViT's small tensors (norms,
-    biases) but few of its weights."""
+    """A FLatten-PVT file of LaViT's widths (one block per stage, its MLP
+    ratio 4) fills many of LaViT's small tensors (norms, biases) but few of
+    its weights."""
     path = str(tmp_path / 'flatten_pvt.pth')
-    torch.save({'model': build('FLattenPVT').state_dict()}, path)
+    widths = {k: v for k, v in ARCHS['lavit-1232'].items()
+              if k in ('embed_dims', 'num_heads')}
+    flatten = FLattenPVT(dict(widths, depths=[1] * 4, mlp_ratios=[4] * 4))
+    torch.save({'model': flatten.state_dict()}, path)
     model = build('LaViT', init_cfg=dict(type='Pretrained', checkpoint=path))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(RuntimeError, match=r'fills only \d+ of the \d+ LaViT '
