@@ -84,17 +84,24 @@ def run_recipe(demo_data, tmp_path):
     from mmengine.runner import Runner
 
     import vitattn_mm  # noqa: F401
+    from config_cases import fresh_config
     from vitattn_tools.demo_config import make_demo_config
     from vitattn_tools.runtime import adapt_to_device
 
     def run(config, max_iters=1, batch_size=2, num_val=2, **overrides):
-        cfg = Config.fromfile(config) if isinstance(config, str) else config
+        # A path is read once per session (config_cases), then copied.
+        cfg = fresh_config(config) if isinstance(config, str) else config
         # As tools/train.py: an fp16 recipe (AmpOptimWrapper) runs with bf16
         # autocast where there is no CUDA.
         adapt_to_device(cfg)
         cfg = make_demo_config(cfg, data_root=demo_data, max_iters=max_iters,
                                batch_size=batch_size, num_val=num_val)
         cfg.merge_from_dict(overrides)
+        # The Runner prints and saves the config four times, each formatted
+        # by yapf: seconds for a detector config. (Config.fromfile of
+        # mmengine 0.10.7 ignores its format_python_code=False.)
+        cfg = Config(cfg.to_dict(), cfg_text=cfg.text, filename=cfg.filename,
+                     format_python_code=False)
         cfg.work_dir = str(tmp_path / 'work_dir')
         runner = Runner.from_cfg(cfg)
         runner.train()

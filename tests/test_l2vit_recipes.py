@@ -12,7 +12,6 @@ import threading
 import numpy as np
 import pytest
 import torch
-from mmengine.config import Config
 
 from config_cases import (cached_config, check_each, fresh_config,
                           on_meta_device)
@@ -42,12 +41,6 @@ def test_every_recipe_is_listed():
     assert len(CONFIGS) == 15
 
 
-def _load(config):
-    # The Runner prints and dumps the config five times; formatting it with
-    # yapf each time would cost more CPU than the training iteration.
-    return Config.fromfile(config, format_python_code=False)
-
-
 def _demo_overrides(config):
     """Settings that only make the demo run cheap or meaningful."""
     name = config.split('/')[-1]
@@ -68,7 +61,7 @@ def _demo_overrides(config):
 @pytest.mark.slow
 @pytest.mark.parametrize('config', CONFIGS)
 def test_recipe_trains_and_tests_on_demo_data(run_recipe, config):
-    runner, losses, metrics = run_recipe(_load(config), num_val=1,
+    runner, losses, metrics = run_recipe(fresh_config(config), num_val=1,
                                          **_demo_overrides(config))
     assert _metric(config) in metrics, sorted(metrics)
 
@@ -199,7 +192,7 @@ def test_short_run_lowers_retinanet_loss(run_recipe):
     below that of the first ones."""
     iters = 20
     runner, _, _ = run_recipe(
-        _load('configs/l2vit/retinanet_l2vit-t_fpn_ms-crop-1x_coco.py'),
+        fresh_config('configs/l2vit/retinanet_l2vit-t_fpn_ms-crop-1x_coco.py'),
         max_iters=iters,
         num_val=1,
         model=dict(
