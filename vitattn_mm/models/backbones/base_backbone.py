@@ -151,14 +151,15 @@ class StagedBackbone(CheckpointLoading, BaseModule):
 
     # -------------------------------------------------------- conventions
     @classmethod
-    def default(cls, name: str, *fallback):
-        """The default of keyword ``name`` for this class's package."""
-        table = cls.conventions.get(cls.package) or {}
-        if name in table:
-            return table[name]
-        if fallback and name not in cls.conventions[None]:
-            return fallback[0]
-        return cls.conventions[None][name]
+    def default(cls, name: str, fallback=None):
+        """The default of keyword ``name`` for this class's package: the
+        package's where it differs, else the documented one, else
+        ``fallback``."""
+        for table in (cls.conventions.get(cls.package) or {},
+                      cls.conventions[None]):
+            if name in table:
+                return table[name]
+        return fallback
 
     @classmethod
     def for_package(cls, package: str) -> type:

@@ -42,6 +42,20 @@ def register_block_converter(skeleton: str, attention: str):
     return _register
 
 
+def block_converter(skeleton: str, block_attention, stage: int, block: int,
+                    default: BlockConverter) -> Tuple[BlockConverter, bool]:
+    """The converter of an official block's tensors, and whether the model
+    runs that block's attention in windows: the converter a family
+    registered for the attention the model has there, else the skeleton's
+    ``default`` (also for a block the model lacks, whose tensors are then
+    reported unexpected)."""
+    try:
+        attention, windowed = block_attention(stage, block)
+    except IndexError:
+        return default, False
+    return BLOCK_CONVERTERS.get((skeleton, attention), default), windowed
+
+
 class CheckpointLoading:
     """What a :class:`~vitattn_mm.models.backbones.StagedBackbone` does with
     a state dict it is given (a mixin of it). Skeletons override

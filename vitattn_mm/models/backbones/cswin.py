@@ -25,7 +25,7 @@ from ..layers.stage import Stage, init_linear_and_norm
 from ..layers.windows import to_2tuple_int
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
-from .checkpoint_loading import BLOCK_CONVERTERS
+from .checkpoint_loading import block_converter
 
 
 @register_model
@@ -222,12 +222,8 @@ def convert_official_cswin(state_dict: StateDict,
         if m:
             stage, block = int(m.group(1)) - 1, int(m.group(2))
             prefix = f'stages.{stage}.blocks.{block}.'
-            try:
-                attention = block_attention(stage, block)[0]
-            except IndexError:  # a block the model lacks: left unexpected
-                attention = 'CrossShapedWindowAttention'
-            convert = BLOCK_CONVERTERS.get(('cswin', attention),
-                                           _convert_cswin_block)
+            convert, _ = block_converter('cswin', block_attention, stage,
+                                         block, _convert_cswin_block)
             converted.update(convert(prefix, m.group(3), value))
             continue
         m = re.match(r'stage1_conv_embed\.(0|2)\.(.+)', key)

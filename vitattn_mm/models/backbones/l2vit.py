@@ -35,6 +35,7 @@ from ..layers.stage import Stage
 from ..layers.windows import to_2tuple_int
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
+from .checkpoint_loading import block_converter
 from .cswin import migrate_stem
 
 
@@ -381,10 +382,8 @@ def convert_official_l2vit(state_dict: StateDict,
         m = re.match(r'stages\.(\d+)\.(\d+)\.(.+)', key)
         if m:
             stage, block, name = int(m.group(1)), int(m.group(2)), m.group(3)
-            try:
-                windowed = block_attention(stage, block)[1]
-            except IndexError:  # a block the model lacks: left unexpected
-                windowed = False
+            windowed = block_converter('l2vit', block_attention, stage,
+                                       block, None)[1]
             if windowed and name.startswith('attn.'):
                 name = 'attn.w_msa.' + name[len('attn.'):]
             key = f'stages.{stage}.blocks.{block}.{name}'

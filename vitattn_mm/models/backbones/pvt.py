@@ -25,7 +25,7 @@ from ..layers.stage import Stage, init_linear_and_norm
 from ..layers.windows import to_2tuple_int
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
-from .checkpoint_loading import BLOCK_CONVERTERS
+from .checkpoint_loading import block_converter
 
 #: Heads and MLP ratios shared by every PVT / PVTv2 variant; widths of all
 #: but PVTv2-b0.
@@ -365,12 +365,8 @@ def convert_official_pvt(state_dict: StateDict,
         if m:
             stage, block = int(m.group(1)) - 1, int(m.group(2))
             prefix = f'stages.{stage}.blocks.{block}.'
-            try:
-                attention = block_attention(stage, block)[0]
-            except IndexError:  # a block the model lacks: left unexpected
-                attention = 'SpatialReductionAttention'
-            convert = BLOCK_CONVERTERS.get(('pvt', attention),
-                                           convert_pvt_block)
+            convert, _ = block_converter('pvt', block_attention, stage,
+                                         block, convert_pvt_block)
             converted.update(convert(prefix, m.group(3), value, conv_ffn))
             continue
         m = re.match(r'(patch_embed|pos_embed|norm)(\d+)(.*)', key)

@@ -28,7 +28,7 @@ from ..layers.stage import Stage, init_linear_and_norm
 from ..layers.windows import to_2tuple_int
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
-from .checkpoint_loading import BLOCK_CONVERTERS
+from .checkpoint_loading import block_converter
 
 #: Swin's attention in the stages that name none.
 SWIN_ATTENTION = dict(type='WindowedAttention', window_msa='WindowMSA')
@@ -361,12 +361,8 @@ def convert_official_swin(state_dict: StateDict,
         if m:
             stage, block, name = int(m.group(1)), int(m.group(2)), m.group(3)
             prefix = f'stages.{stage}.blocks.{block}.'
-            try:
-                attention, windowed = block_attention(stage, block)
-            except IndexError:  # a block the model lacks: left unexpected
-                attention, windowed = 'WindowMSA', True
-            convert = BLOCK_CONVERTERS.get(('swin', attention),
-                                           _convert_swin_block)
+            convert, windowed = block_converter(
+                'swin', block_attention, stage, block, _convert_swin_block)
             for new, tensor in convert(prefix, name, value).items():
                 if windowed and new.startswith(prefix + 'attn.'):
                     new = prefix + 'attn.w_msa.' + new[len(prefix) + 5:]
