@@ -24,6 +24,14 @@ from .swin import AttnSwinTransformer
 from .vit import NO_CLS_TOKEN_CONVENTIONS, AttnViT
 
 
+def focused_linear(focusing_factor: float, kernel_size: int,
+                   **kwargs) -> dict:
+    """The config of the focused linear attention of a FLatten model."""
+    return dict(type='FocusedLinearAttention',
+                focusing_factor=focusing_factor, kernel_size=kernel_size,
+                **kwargs)
+
+
 def flatten_in_leading_stages(attention: dict, num_flatten_stages: int,
                               window_size: Optional[int] = None):
     """The plan of FLatten's hierarchical models: ``attention`` in the
@@ -95,9 +103,8 @@ class FLattenSwinTransformer(AttnSwinTransformer):
                  kernel_size: int = 5,
                  **kwargs):
         kwargs.setdefault('attn_cfgs', flatten_in_leading_stages(
-            dict(type='FocusedLinearAttention',
-                 focusing_factor=focusing_factor, kernel_size=kernel_size),
-            num_flatten_stages, flatten_window_size))
+            focused_linear(focusing_factor, kernel_size), num_flatten_stages,
+            flatten_window_size))
         super().__init__(arch=arch, **kwargs)
 
 
@@ -132,11 +139,8 @@ class FLattenPVT(AttnPVT):
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
                  **kwargs):
-        kwargs.setdefault(
-            'attn_cfgs',
-            dict(type='FocusedLinearAttention',
-                 focusing_factor=focusing_factor,
-                 kernel_size=kernel_size))
+        kwargs.setdefault('attn_cfgs',
+                          focused_linear(focusing_factor, kernel_size))
         for key, value in dict(sr_ratios=(1, 1, 1, 1),
                                paddings=('corner', ) * 4, out_norm=True,
                                patch_norm_cfg=dict(type='LN')).items():
@@ -201,9 +205,8 @@ class FLattenCSwinTransformer(AttnCSwinTransformer):
                  kernel_size: int = 5,
                  **kwargs):
         kwargs.setdefault('attn_cfgs', flatten_in_leading_stages(
-            dict(type='FocusedLinearAttention',
-                 focusing_factor=focusing_factor, kernel_size=kernel_size,
-                 lepe=True), num_flatten_stages))
+            focused_linear(focusing_factor, kernel_size, lepe=True),
+            num_flatten_stages))
         super().__init__(arch=arch, **kwargs)
 
 
@@ -250,11 +253,8 @@ class FLattenDeiT(AttnViT):
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
                  **kwargs):
-        kwargs.setdefault(
-            'attn_cfgs',
-            dict(type='FocusedLinearAttention',
-                 focusing_factor=focusing_factor,
-                 kernel_size=kernel_size))
+        kwargs.setdefault('attn_cfgs',
+                          focused_linear(focusing_factor, kernel_size))
         for key, value in dict(with_cls_token=False, final_norm=False,
                                out_norm=True,
                                norm_cfg=dict(type='LN', eps=1e-6),

@@ -10,7 +10,8 @@ See ``docs/lavit.md`` for every decision and deviation.
 from typing import Optional, Sequence, Tuple, Union
 
 from ...registry import register_model
-from ..attentions.less_attention import (less_attention_cfg,
+from ..attentions.less_attention import (attention_residuals,
+                                         less_attention_cfg,
                                          less_attention_layers)
 from .pvt import PVT_WIDTHS, AttnPVT
 from .swin import AttnSwinTransformer
@@ -120,12 +121,10 @@ class LaViT(AttnPVT):
                                   dp_loss_form)
 
         def plan(arch: dict, grids: list) -> list:
-            depths, heads = arch['depths'], arch['num_heads']
-            residual = [None] + [
-                dict(type='conv', in_heads=heads[i - 1],
-                     layer_scale_init=ar_layer_scale_init)
-                for i in range(1, len(depths))
-            ] if attn_residual else None
+            depths = arch['depths']
+            residual = attention_residuals(
+                'conv', arch['num_heads'],
+                ar_layer_scale_init) if attn_residual else None
             return less_attention_layers(
                 depths, arch['la_start'] if less_attention else
                 [0] * len(depths), dict(type='VanillaAttention'), less,
@@ -305,11 +304,8 @@ class LessAttnSwinTransformer(AttnSwinTransformer):
                 dict(window, window_msa='VanillaAttention', shift=j % 2 == 1)
                 for j in range(depth)
             ] for depth in depths]
-            residual = [None] + [
-                dict(type='window', in_heads=heads[i - 1],
-                     layer_scale_init=ar_layer_scale_init)
-                for i in range(1, len(depths))
-            ] if attn_residual else None
+            residual = attention_residuals(
+                'window', heads, ar_layer_scale_init) if attn_residual else None
             layers = less_attention_layers(depths, start, vanilla, less,
                                            residual)
             for stage, first in zip(layers, start):

@@ -13,7 +13,8 @@ the state's ``loss_dp`` to the task model.
 from .layers import LessAttention, VanillaAttention
 from .loss import (DP_LOSS_FORMS, diagonality_preserving_loss,
                    paper_diagonality_loss)
-from .plan import less_attention_cfg, less_attention_layers
+from .plan import (attention_residuals, less_attention_cfg,
+                   less_attention_layers)
 from .residual import (AttentionResidual, WindowAttentionResidual,
                        build_attention_residual)
 from .state import LessAttentionState, as_less_attention_state
@@ -23,9 +24,9 @@ from .transforms import (ConvAttentionTransform, DenseAttentionTransform,
 __all__ = [
     'LessAttention', 'VanillaAttention', 'DP_LOSS_FORMS',
     'diagonality_preserving_loss', 'paper_diagonality_loss',
-    'less_attention_cfg', 'less_attention_layers', 'AttentionResidual',
-    'WindowAttentionResidual', 'build_attention_residual',
-    'LessAttentionState', 'as_less_attention_state',
-    'ConvAttentionTransform', 'DenseAttentionTransform',
-    'build_attention_transform'
+    'attention_residuals', 'less_attention_cfg', 'less_attention_layers',
+    'AttentionResidual', 'WindowAttentionResidual',
+    'build_attention_residual', 'LessAttentionState',
+    'as_less_attention_state', 'ConvAttentionTransform',
+    'DenseAttentionTransform', 'build_attention_transform'
 ]

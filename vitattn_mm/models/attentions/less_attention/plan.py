@@ -71,3 +71,15 @@ def less_attention_cfg(la_transform: str, la_kernel_size: int,
     return dict(type='LessAttention', transform=transform,
                 dp_loss_weight=dp_loss_weight, dp_loss_form=dp_loss_form,
                 **kwargs)
+
+
+def attention_residuals(kind: str, num_heads: Sequence[int],
+                        layer_scale_init: float) -> List[Optional[dict]]:
+    """The Attention Residual of every stage's first VA layer (none in the
+    first stage): ``kind`` 'conv' (PVT) or 'window' (Swin), from the
+    previous stage's heads."""
+    return [None] + [
+        dict(type=kind, in_heads=num_heads[i - 1],
+             layer_scale_init=layer_scale_init)
+        for i in range(1, len(num_heads))
+    ]
