@@ -13,7 +13,6 @@ from typing import Callable, Iterable, List
 
 from mmengine.config import Config
 
-from vitattn_tools.meta import on_meta_device  # noqa: F401  (for the tests)
 from vitattn_tools.recipes import load_config
 
 #: Every config file but the ``_base_`` fragments (demo configs included).

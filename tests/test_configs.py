@@ -10,9 +10,9 @@ from mmengine.registry import DATASETS, MODELS, init_default_scope
 
 import vitattn_mm  # noqa: F401
 from config_cases import ALL_CONFIGS as CONFIGS
-from config_cases import (cached_config, check_each, family, fresh_config,
-                          on_meta_device)
+from config_cases import cached_config, check_each, family, fresh_config
 from vitattn_tools.demo_config import make_demo_config
+from vitattn_tools.meta import on_meta_device
 from vitattn_tools.runtime import task_of
 
 

@@ -8,7 +8,8 @@ import pytest
 import yaml
 from mmengine.registry import MODELS, init_default_scope
 
-from config_cases import check_each, fresh_config, on_meta_device
+from config_cases import check_each, fresh_config
+from vitattn_tools.meta import on_meta_device
 
 with open('configs/flatten/metafile.yml') as f:
     # None for the rows the paper has no number for.

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from config_cases import (cached_config, check_each, fresh_config,
-                          on_meta_device)
+from config_cases import cached_config, check_each, fresh_config
+from vitattn_tools.meta import on_meta_device
 
 CONFIGS = sorted(glob.glob('configs/l2vit/*.py'))
 DOWNSTREAM = [c for c in CONFIGS if not c.endswith('_in1k.py')]
