@@ -36,16 +36,23 @@ def test_mmcv_compiled_ops_run():
 
 
 def test_backbones_resolve_in_every_scope():
+    """Each package's registry gives that package's class of every exported
+    backbone (``backbones.packages``: the plain class, or its subclass with
+    the package's defaults where the stock classes disagree)."""
     from mmdet.registry import MODELS as DET
     from mmpretrain.registry import MODELS as CLS
     from mmseg.registry import MODELS as SEG
     from vitattn_mm.models import backbones
+    from vitattn_mm.models.backbones import packages
     names = [n for n in dir(backbones) if n[0].isupper()]
     assert names, 'no backbone is exported'
     for registry in (DET, SEG, CLS):
+        own = getattr(packages, registry.scope)
         for name in names:
-            assert registry.get(name) is getattr(backbones, name), (
+            cls = registry.get(name)
+            assert cls is getattr(own, name, None), (
                 f'{name} missing from {registry.scope}')
+            assert issubclass(cls, getattr(backbones, name)), name
 
 
 #: Run in a fresh interpreter: mmcv's compiled ops made unimportable, as on
