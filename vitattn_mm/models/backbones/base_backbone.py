@@ -143,7 +143,8 @@ class StagedBackbone(CheckpointLoading, BaseModule):
         self.norm_eval = norm_eval
         self.with_cp = with_cp
         self.convert_weights = convert_weights
-        self.stages = ModuleList()
+        # The skeleton adds ``self.stages`` (a ModuleList) after its stem,
+        # so modules come in the order data goes through them.
         # Dropout after position embeddings (skeletons with drop_rate set
         # it); no parameters.
         self.drop_after_pos = nn.Identity()

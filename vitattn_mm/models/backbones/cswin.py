@@ -17,6 +17,7 @@ from typing import Sequence, Tuple, Union
 
 import torch
 from mmcv.cnn import build_norm_layer
+from mmengine.model import ModuleList
 
 from ...registry import register_model
 from ..layers.blocks import TransformerBlock
@@ -129,18 +130,21 @@ class AttnCSwinTransformer(StagedBackbone):
             grids.append(grid_after_stride(grids[-1], 2))
         cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, depths, grids,
                                       dict(type='CrossShapedWindowAttention'))
-        for i, depth in enumerate(depths):
-            dims = self.num_features[i]
-            patch_embed = CornerPatchEmbed(
+        patch_embeds = [
+            CornerPatchEmbed(
                 in_channels=in_channels if i == 0 else dims // 2,
                 embed_dims=dims,
                 conv_type='Conv2d',
                 kernel_size=7 if i == 0 else 3,
                 stride=self.stem_stride if i == 0 else 2,
                 padding=2 if i == 0 else 1,
-                norm_cfg=norm_cfg)
-            if i == 0:
-                self.patch_embed, patch_embed = patch_embed, None
+                norm_cfg=norm_cfg) for i, dims in enumerate(self.num_features)
+        ]
+        # The first stage's patch embedding is the stem.
+        self.patch_embed = patch_embeds[0]
+        self.stages = ModuleList()
+        for i, depth in enumerate(depths):
+            dims = self.num_features[i]
             # The last stage attends over the whole map.
             split = split_sizes[i] if i < num_stages - 1 else None
             blocks = self.build_blocks(
@@ -153,7 +157,8 @@ class AttnCSwinTransformer(StagedBackbone):
                 settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate),
                 embed_dims=dims, num_heads=arch['num_heads'][i],
                 qkv_bias=qkv_bias)
-            self.stages.append(Stage(blocks, patch_embed=patch_embed))
+            self.stages.append(
+                Stage(blocks, patch_embed=patch_embeds[i] if i else None))
         self.add_output_norms(self.num_features,
                               lambda c: build_norm_layer(norm_cfg, c)[1])
         self.apply(init_linear_and_norm)

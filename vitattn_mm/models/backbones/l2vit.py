@@ -296,6 +296,7 @@ class L2ViT(StagedBackbone):
                                       default)
         self.patch_embed = ConvStem(in_channels, embed_dims[0], conv_norm_cfg,
                                     norm_cfg=norm_cfg)
+        self.stages = ModuleList()
         for i, depth in enumerate(depths):
             blocks = self.build_blocks(
                 i, cfgs[i],

@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
+from mmengine.model import ModuleList
 
 from ...registry import register_model
 from ..layers.blocks import TransformerBlock
@@ -180,8 +181,8 @@ class AttnPVT(StagedBackbone):
         cfgs = self.resolve_attn_cfgs(
             attn_cfgs, arch, depths, grids,
             dict(type='SpatialReductionAttention', norm_cfg=norm_cfg))
-        for i, depth in enumerate(depths):
-            patch_embed = CornerPatchEmbed(
+        patch_embeds = [
+            CornerPatchEmbed(
                 in_channels=in_channels if i == 0 else embed_dims[i - 1],
                 embed_dims=embed_dims[i],
                 conv_type='Conv2d',
@@ -189,8 +190,12 @@ class AttnPVT(StagedBackbone):
                 stride=strides[i],
                 padding=paddings[i],
                 norm_cfg=patch_norm_cfg or norm_cfg)
-            if i == 0:
-                self.patch_embed, patch_embed = patch_embed, None
+            for i in range(num_stages)
+        ]
+        # The first stage's patch embedding is the stem.
+        self.patch_embed = patch_embeds[0]
+        self.stages = ModuleList()
+        for i, depth in enumerate(depths):
             blocks = self.build_blocks(
                 i, cfgs[i],
                 lambda j, attn, drop_path, i=i: TransformerBlock(
@@ -208,7 +213,7 @@ class AttnPVT(StagedBackbone):
                 qkv_bias=qkv_bias)
             self.stages.append(Stage(
                 blocks,
-                patch_embed=patch_embed,
+                patch_embed=patch_embeds[i] if i else None,
                 pos_embed=ResizablePosEmbed(embed_dims[i], grids[i])
                 if use_abs_pos_embed else None,
                 norm=build_norm_layer(norm_cfg, embed_dims[i])[1]

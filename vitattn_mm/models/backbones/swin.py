@@ -14,6 +14,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
+from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_model
@@ -222,6 +223,7 @@ class AttnSwinTransformer(StagedBackbone):
         cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, self.depths, grids,
                                       SWIN_ATTENTION)
         self.min_input_size = patch_size * 2**(num_stages - 1)
+        self.stages = ModuleList()
         for i, depth in enumerate(self.depths):
             dims = self.num_features[i]
             block_cfgs = [self.window_settings(cfg, shift=j % 2 == 1)

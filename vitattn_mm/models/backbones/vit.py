@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
+from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_model
@@ -273,6 +274,7 @@ class AttnViT(StagedBackbone):
                         f'with_cls_token=True: {cfg["type"]} works on the '
                         'token grid and cannot take a class token; set '
                         'with_cls_token=False')
+        self.stages = ModuleList()
         for i in range(depth):
             self.stages.append(Stage(self.build_blocks(
                 i, cfgs[i],

@@ -3,9 +3,11 @@ them.
 
 ONNX export and ``torch.compile`` record one graph that must serve every
 input size. The padding primitives (:mod:`.padding`) serve it by always
-padding; the two here compute a size-dependent quantity that a graph must
-not freeze, so they take another (equal) route while one is captured. No
-model code asks whether a graph is captured: it calls these.
+padding; the convolutions here would have a graph freeze a size-dependent
+choice (a group count, the convolution backend picked by the input's
+size), so they take another, equal route while one is captured. No model
+code asks whether a graph is captured: it calls these (and
+:func:`~.pos_embed.resize_pos_embed`).
 """
 import torch
 import torch.nn.functional as F
@@ -38,3 +40,21 @@ def token_depthwise_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     channels = x.shape[1]
     return F.conv2d(x, weight.expand(channels, -1, -1, -1), padding=pad,
                     groups=channels)
+
+
+def token_pointwise_conv(x: torch.Tensor, weight: torch.Tensor
+                         ) -> torch.Tensor:
+    """A 1x1 conv (``weight``: ``(C_out, C_in, 1, 1)``, no bias) over an
+    NCHW map whose sides are token counts (Less-Attention's head mix over
+    ``N_q x N_k`` scores).
+
+    Eagerly the conv (mkldnn's pointwise kernel, counted as a convolution
+    by the FLOP counter). A graph would freeze the backend the conv picks
+    by the input's size, so while one is captured it is the equal batched
+    matrix product over the channels.
+    """
+    if capturing():
+        B, C, H, W = x.shape
+        mix = weight[:, :, 0, 0].expand(B, -1, -1)
+        return torch.bmm(mix, x.reshape(B, C, H * W)).view(B, -1, H, W)
+    return F.conv2d(x, weight)

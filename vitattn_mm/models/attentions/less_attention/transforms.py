@@ -8,7 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
 
-from ...layers.size_aware import token_depthwise_conv
+from ...layers.size_aware import (token_depthwise_conv,
+                                   token_pointwise_conv)
 from ..base import Grid
 
 
@@ -75,11 +76,9 @@ class ConvAttentionTransform(BaseModule):
             x = x.reshape(B, *query_hw, Nk).permute(0, 3, 1, 2)
             x = token_depthwise_conv(x, self.query_conv.weight[i:i + 1])
             heads.append(x.permute(0, 2, 3, 1).reshape(B, Nq, Nk))
-        # The 1x1 head mix as the matmul it is (a conv over an N_q x N_k
-        # "image" would make a compiled graph guard on its size).
-        mix = self.head_mix.weight[:, :, 0, 0].expand(B, -1, -1)
-        heads = torch.stack(heads, 1).view(B, h, Nq * Nk)
-        return torch.bmm(mix, heads).view(B, h, Nq, Nk)
+        # (B, heads, N_q, N_k) is NCHW with the heads as channels.
+        return token_pointwise_conv(torch.stack(heads, 1),
+                                    self.head_mix.weight)
 
 
 class DenseAttentionTransform(BaseModule):
