@@ -9,6 +9,7 @@ so it imports from any working directory. Modules:
   device adaptation, the end of every distributed run;
 - :mod:`.demo_config`: any config as a run on the embedded demo data;
 - :mod:`.tasks`: the task of a config (from its default scope);
+- :mod:`.meta`: shape-only model builds on the meta device;
 - :mod:`.flops`: parameter and FLOP counting in both conventions;
 - :mod:`.model_zoo`: the model-zoo and pretrained-weights tables;
 - :mod:`.recipes`: the recipe table and where each value comes from;
