@@ -271,8 +271,10 @@ def tiny_vit():
 
 
 def test_bad_arguments_raise():
-    with pytest.raises(KeyError, match='Valid arch names: ti, tiny'):
-        MSFViT('huge')
+    # The paper's names first, then the other names mmpretrain's ViT knows.
+    with pytest.raises(KeyError, match='Valid arch names: ti, tiny, ss, s, '
+                       'small, b, base, l, large, h, huge'):
+        MSFViT('unknown')
     with pytest.raises(ValueError, match='pos_embed'):
         MSFViT(TINY_VIT, pos_embed='rope')
     with pytest.raises(ValueError, match='out_type'):

@@ -22,6 +22,8 @@ from mmseg.models.backbones import VisionTransformer as MMSegViT
 from mmseg.registry import MODELS as MMSEG_MODELS
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
+from tiny_backbones import build_tiny, registered_backbones, skeleton_of
+from vitattn_mm.models import backbones
 from vitattn_mm.models.backbones import packages
 from vitattn_mm.models.backbones import (AttnPVT, AttnPVTv2,
                                          AttnSwinTransformer, AttnViT,
@@ -96,11 +98,16 @@ def _outputs(model, x):
 def test_stock_weights_load_strictly_and_compute_the_same(name):
     stock, ours = _pair(name)
     ours.load_state_dict(stock.state_dict(), strict=True)
-    for hw in ((224, 224), (225, 353), (511, 511), (112, 137)):
+    # mmdet's and mmseg's test sizes: 31x31 (below one patch per stage),
+    # 33x33, 112x137 ...
+    for hw in ((31, 31), (33, 33), (224, 224), (225, 353), (511, 511),
+               (112, 137)):
         x = torch.randn(1, 3, *hw)
         try:
             theirs = _outputs(stock, x)
-        except AssertionError:  # a size the stock class refuses
+        # A size the stock class refuses (an assert, or a reduction conv
+        # larger than its map): a clear error here.
+        except (AssertionError, RuntimeError):
             with pytest.raises(ValueError, match='at least'):
                 _outputs(ours, x)
             continue
@@ -201,7 +208,7 @@ def test_bad_arguments_raise_as_the_stock_classes_do():
         AttnSwinTransformer(**MMDET_SWIN, pretrained=123)
     with pytest.raises(TypeError):
         MMDetSwin(**MMDET_SWIN, pretrained=123)
-    with pytest.raises(ValueError, match='strides'):
+    with pytest.raises(AssertionError, match='strides'):
         FLattenSwinTransformer(**dict(MMDET_SWIN, strides=(4, 2, 2, 1)))
     with pytest.raises(ValueError, match='init_cfg or pretrained'):
         AttnSwinTransformer(**MMDET_SWIN, pretrained='x.pth',
@@ -316,3 +323,134 @@ def test_mmdet_swin_config_with_only_the_type_changed_trains(
     runner, losses, metrics = run_recipe(cfg)
     assert type(runner.model.backbone).__name__ == cfg.model.backbone.type
     assert 'coco/bbox_mAP' in metrics
+
+
+# ----------------------------------------- the stock packages' own checks
+# mmdet's test_swin.py / test_pvt.py and mmpretrain's test_swin_transformer
+# / test_vision_transformer.py (installed versions' tags), restated for
+# every class of each architecture; mmseg's own files run unchanged in
+# test_stock_tests.py.
+def _of(*skeletons):
+    return [n for n in registered_backbones()
+            if skeleton_of(getattr(backbones, n)) in skeletons]
+
+
+@pytest.mark.parametrize('name', _of(AttnSwinTransformer, AttnPVT,
+                                     AttnPVTv2, AttnViT))
+def test_refuses_what_the_stock_classes_refuse_with_their_exceptions(name):
+    """The stock checks are asserts: the same arguments raise an
+    AssertionError here too (also a ValueError / KeyError, as documented);
+    a ``pretrained`` that is not a path, a TypeError."""
+    cls = getattr(backbones, name)
+    size = 'img_size' if skeleton_of(cls) is AttnViT else 'pretrain_img_size'
+    with pytest.raises(TypeError):
+        cls(pretrained=123)
+    with pytest.raises(AssertionError, match='one or two entries'):
+        cls(**{size: (224, 224, 224)})
+    with pytest.raises(TypeError):
+        cls(**{size: 512.})
+    with pytest.raises(AssertionError, match='Unknown arch'):
+        cls(arch='unknown')
+    with pytest.raises(AssertionError, match='lacks'):
+        cls(arch=dict(num_heads=[1]))
+    with pytest.raises(AssertionError, match='out of range'):
+        cls(out_indices=[0, 13])
+    with pytest.raises(AssertionError, match='not both'):
+        cls(pretrained='a.pth', init_cfg=dict(type='Pretrained',
+                                              checkpoint='b.pth'))
+    if skeleton_of(cls) is AttnSwinTransformer:
+        with pytest.raises(AssertionError, match='strides'):
+            cls(strides=(2, 2, 2, 2), patch_size=4)
+    if skeleton_of(cls) is AttnViT:  # mmseg's keyword, in mmseg's class
+        with pytest.raises(AssertionError, match='output_cls_token'):
+            getattr(packages.mmseg, name)(with_cls_token=False,
+                                          output_cls_token=True)
+
+
+def _stock_grid(name, hw, stage):
+    """A stage's grid as the stock layout computes it: mmdet's PVT drops
+    partial patches; Swin, PVTv2, ViT and the corner-padded families pad
+    them (FLatten-PVT and LaViT pad: a documented family property)."""
+    if skeleton_of(getattr(backbones, name)) is AttnViT:
+        return tuple(-(-s // 16) for s in hw)
+    for stride in [4, 2, 2, 2][:stage + 1]:
+        hw = tuple(s // stride if name == 'AttnPVT' else -(-s // stride)
+                   for s in hw)
+    return hw
+
+
+@pytest.mark.parametrize('name', _of(AttnSwinTransformer, AttnPVT,
+                                     AttnPVTv2, AttnViT))
+def test_shapes_at_the_stock_tests_sizes(name):
+    """mmdet's sizes (31x31: PVTv2 and Swin give 8/4/2/1 maps, 33x33,
+    112x137) and mmseg's 32x32 ViT: every class gives the stock layout's
+    grids, or says the minimum where the stock class cannot run either
+    (mmdet's PVT below 32: its 8x8 reduction needs a whole patch)."""
+    model = build_tiny(name)
+    for hw in ((31, 31), (32, 32), (33, 33), (112, 137)):
+        if min(hw) < model.min_input_size:
+            with pytest.raises(ValueError, match='at least'):
+                model(torch.randn(1, 3, *hw))
+            continue
+        with torch.no_grad():
+            outs = model(torch.randn(1, 3, *hw))
+        grids = [tuple(o.shape[-2:]) for o in outs]
+        indices = model.out_indices if skeleton_of(
+            type(model)) is not AttnViT else [0] * len(outs)
+        assert grids == [_stock_grid(name, hw, i) for i in indices], hw
+    assert build_tiny('AttnPVT').min_input_size == 32
+    assert build_tiny('AttnPVTv2').min_input_size == 29
+
+
+def _depth_profile(model, prefix=''):
+    """{depth: parameter elements} as the model's get_layer_depth counts."""
+    profile = {}
+    for name, param in model.named_parameters():
+        depth, total = model.get_layer_depth(prefix + name, prefix)
+        profile[depth] = profile.get(depth, 0) + param.numel()
+    return profile, total
+
+
+@pytest.mark.parametrize('name', ['mmpretrain-vit-cls', 'mmpretrain-swin'])
+def test_layer_depths_are_mmpretrains(name):
+    """mmpretrain's layer-wise learning-rate decay reads ``get_layer_depth``:
+    with the stock arch, each depth holds the same parameters as in
+    mmpretrain's class (stem 0, block j at j + 1, the final norms last;
+    Swin's patch merging with its stage's last block)."""
+    stock_type, our_type, kwargs, registry = FROZEN_PAIRS[name]
+    stock = registry.build(dict(type=stock_type, **kwargs))
+    ours = registry.build(dict(type=our_type, **kwargs))
+    assert _depth_profile(ours, 'backbone.') == _depth_profile(
+        stock, 'backbone.')
+    assert ours.get_layer_depth('head.fc.weight', 'backbone.') == \
+        stock.get_layer_depth('head.fc.weight', 'backbone.')
+
+
+@pytest.mark.parametrize('name', registered_backbones())
+def test_layer_decay_constructor_rates(name):
+    """mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` on every
+    backbone: block j of the network gets ``lr * rate ** (L - j - 1)`` with
+    ``L = blocks + 2``; the stem the lowest rate, output norms the full."""
+    from mmpretrain.engine.optimizers import \
+        LearningRateDecayOptimWrapperConstructor as Constructor
+    model = build_tiny(name)
+    wrapper = Constructor(
+        dict(type='OptimWrapper',
+             optimizer=dict(type='AdamW', lr=1.0, weight_decay=0.05)),
+        dict(layer_decay_rate=0.5))(model)
+    rate = {g['param_name']: g['lr'] for g in wrapper.optimizer.param_groups}
+    num_layers = sum(len(s.blocks) for s in model.stages) + 2
+    assert set(rate) == {n for n, p in model.named_parameters()
+                         if p.requires_grad}
+    stem = [n for n in rate if n.startswith('patch_embed.')]
+    assert stem and all(rate[n] == 0.5**(num_layers - 1) for n in stem)
+    block = 0
+    for i, stage in enumerate(model.stages):
+        for j in range(len(stage.blocks)):
+            block += 1
+            names = [n for n in rate
+                     if n.startswith(f'stages.{i}.blocks.{j}.')]
+            assert names and all(rate[n] == 0.5**(num_layers - 1 - block)
+                                 for n in names), (i, j)
+    outputs = [n for n in rate if n.startswith(('norm', 'ln1.', 'ln2.'))]
+    assert all(rate[n] == 1.0 for n in outputs)

@@ -113,6 +113,9 @@ class TokenAttention(BaseModule):
     stateful: bool = False
     takes_mask: bool = False
     grid_free: bool = False
+    #: Why it takes no argument a skeleton may hand on (a stock keyword
+    #: such as ``attn_drop``): ``{argument: reason}``, said in the error.
+    unsupported: Dict[str, str] = {}
 
     @classmethod
     def supports(cls, capability: str, cfg: Optional[dict] = None) -> bool:
@@ -123,6 +126,13 @@ class TokenAttention(BaseModule):
             raise ValueError(f'capability must be one of {CAPABILITIES}, got '
                              f'{capability!r}')
         return getattr(cls, capability)
+
+    @classmethod
+    def min_grid(cls, cfg: Optional[dict] = None) -> int:
+        """Smallest side of the token grid an instance built from ``cfg``
+        takes: 1, unless it reduces the grid by an unpadded strided conv
+        (which then needs a whole kernel)."""
+        return 1
 
     @classmethod
     def needs_window(cls) -> bool:
@@ -168,8 +178,17 @@ def attention_class(name: Union[str, type]) -> type:
 
 
 def accepts(cls: type, argument: str) -> bool:
-    """Whether ``cls``'s constructor takes ``argument`` by name."""
-    return argument in inspect.signature(cls).parameters
+    """Whether ``cls``'s constructor takes ``argument`` by name; one that
+    hands its ``**kwargs`` to its base class's takes what that takes."""
+    for klass in cls.__mro__:
+        if '__init__' not in klass.__dict__:
+            continue
+        parameters = inspect.signature(klass.__init__).parameters
+        if argument in parameters:
+            return True
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            return False
+    return False
 
 
 def build_attention(cfg: dict,
@@ -211,6 +230,8 @@ def pass_on(cfg: dict, cls: type, **values) -> dict:
         if accepts(cls, key):
             cfg.setdefault(key, value)
         elif value:
+            why = getattr(cls, 'unsupported', {}).get(key)
             raise ValueError(f'{key}={value!r} cannot be honoured: '
-                             f'{cls.__name__} takes no {key!r}')
+                             f'{cls.__name__} takes no {key!r}' +
+                             (f' ({why})' if why else ''))
     return cfg

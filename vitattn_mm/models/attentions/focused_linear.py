@@ -70,6 +70,8 @@ class FocusedLinearAttention(TokenAttention):
             Default: ``dict(type='LN')``.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
+    unsupported = dict(attn_drop='a linear attention forms no attention '
+                       'weights to drop')
 
     def __init__(self,
                  embed_dims: int,
@@ -109,6 +111,11 @@ class FocusedLinearAttention(TokenAttention):
         key_grid = tuple(max(s // sr_ratio, 1) for s in grid_size)
         self.positional_encoding = ResizablePosEmbed(
             embed_dims, key_grid, init_std=0.)
+
+    @classmethod
+    def min_grid(cls, cfg: Optional[dict] = None) -> int:
+        # The reduction is an unpadded strided conv, as the official one.
+        return (cfg or {}).get('sr_ratio', 1)
 
     def focus(self, x: torch.Tensor) -> torch.Tensor:
         """``f_p``: raise to the power p, keep each token's norm."""

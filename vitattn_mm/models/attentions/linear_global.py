@@ -48,6 +48,8 @@ class LinearGlobalAttention(TokenAttention):
             Default: 100.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
+    unsupported = dict(attn_drop='a linear attention forms no attention '
+                       'weights to drop')
 
     def __init__(self,
                  embed_dims: int,

@@ -10,7 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ...registry import ATTENTIONS
-from ..layers.windows import RelativePositionBias, to_2tuple_int
+from ..layers.common import to_2tuple_int
+from ..layers.windows import RelativePositionBias
 from .base import AttentionOutput, Grid, QueryAttention, TokenAttention
 from .functional import (check_heads, merge_heads, softmax_attention,
                          softmax_query)
@@ -127,6 +128,8 @@ class MeanShiftAttention(TokenAttention):
         qkv_bias (bool): Bias in ``qkv``. Default: True.
         proj_bias (bool): Bias in ``proj``. Default: True.
         fused (bool): Use scaled_dot_product_attention. Default: True.
+        attn_drop (float): Dropout of the attention weights. Default: 0.
+        proj_drop (float): Dropout after ``proj``. Default: 0.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
@@ -149,6 +152,8 @@ class MeanShiftAttention(TokenAttention):
                  qkv_bias: bool = True,
                  proj_bias: bool = True,
                  fused: bool = True,
+                 attn_drop: float = 0.,
+                 proj_drop: float = 0.,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.head_dims = check_heads(embed_dims, num_heads)
@@ -166,6 +171,8 @@ class MeanShiftAttention(TokenAttention):
             groups=groups,
             mode=group_mode)
         self.proj = nn.Linear(embed_dims, embed_dims, bias=proj_bias)
+        self.attn_drop = attn_drop
+        self.proj_drop = nn.Dropout(proj_drop)
         self.relative_position_bias = None if window_size is None else \
             RelativePositionBias(to_2tuple_int(window_size), num_heads)
 
@@ -184,11 +191,13 @@ class MeanShiftAttention(TokenAttention):
         bias = None
         if self.relative_position_bias is not None:
             bias = self.relative_position_bias()
-        out = softmax_attention(q, k, v, self._logit_bias(k, bias), mask,
-                                self.scale, fused=self.fused)
+        out = softmax_attention(
+            q, k, v, self._logit_bias(k, bias), mask, self.scale,
+            dropout_p=self.attn_drop if self.training else 0.,
+            fused=self.fused)
         if self.mean_shift:
             out = out - parts[3]
-        return self.proj(merge_heads(out)), state
+        return self.proj_drop(self.proj(merge_heads(out))), state
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """q, k, v (and p) of ``(B, N, C)`` tokens: ``(parts, B, heads, N,

@@ -1,4 +1,5 @@
 """PVT's spatial-reduction attention, and what PVT-style attentions share."""
+import inspect
 from typing import Optional, Tuple, Union
 
 import torch
@@ -64,6 +65,14 @@ class SpatialReduction(TokenAttention):
         if capability == 'grid_free':
             return cls.grid_free and (cfg or {}).get('sr_ratio', 1) == 1
         return super().supports(capability, cfg)
+
+    @classmethod
+    def min_grid(cls, cfg: Optional[dict] = None) -> int:
+        cfg = cfg or {}
+        sr_padding = inspect.signature(cls).parameters.get('sr_padding')
+        padding = cfg.get('sr_padding', 0 if sr_padding is None else
+                          sr_padding.default)
+        return 1 if padding == 'corner' else cfg.get('sr_ratio', 1)
 
     def reduce(self, x: torch.Tensor, hw_shape: Grid):
         """The tokens keys / values come from, and their grid."""

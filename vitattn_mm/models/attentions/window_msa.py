@@ -5,8 +5,9 @@ import torch
 import torch.nn as nn
 
 from ...registry import ATTENTIONS
+from ..layers.common import to_2tuple_int
 from ..layers.windows import (add_relative_position_bias,
-                              relative_position_bias, to_2tuple_int)
+                              relative_position_bias)
 from .base import AttentionOutput, Grid, QueryAttention, TokenAttention
 from .functional import (check_heads, merge_heads, softmax_attention,
                          softmax_query, split_heads)

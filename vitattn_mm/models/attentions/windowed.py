@@ -4,9 +4,10 @@ from typing import Optional, Union
 import torch
 
 from ...registry import ATTENTIONS
+from ..layers.common import to_2tuple_int
 from ..layers.windows import (crop_tokens, pad_to_multiple,
-                              shifted_window_mask, to_2tuple_int,
-                              window_partition, window_reverse)
+                              shifted_window_mask, window_partition,
+                              window_reverse)
 from .base import (AttentionOutput, AttentionState, Grid, QueryAttention,
                    TokenAttention, attention_class, build_attention)
 

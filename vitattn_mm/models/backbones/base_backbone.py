@@ -21,7 +21,9 @@ that layout, once for every skeleton:
   each OpenMMLab package's meaning in that package's class
   (:meth:`for_package`);
 * the one checkpoint path, which every loader takes
-  (:class:`~vitattn_mm.models.backbones.checkpoint_loading.CheckpointLoading`).
+  (:class:`~vitattn_mm.models.backbones.checkpoint_loading.CheckpointLoading`);
+* each parameter's depth for layer-wise learning-rate decay
+  (:class:`~vitattn_mm.models.backbones.layer_depth.LayerDepth`).
 """
 from numbers import Integral
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -35,15 +37,18 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from ..attentions.base import (AttentionState, Grid, attention_class,
                                build_attention, pass_on)
 from ..attentions.windowed import WindowedAttention
-from ..layers.common import check_type, freeze_module, nlc_to_nchw
+from ..layers.common import (InvalidArch, InvalidArgument, check_type,
+                             freeze_module, nlc_to_nchw)
 from ..layers.stage import linear_drop_path_rates
 from . import packages
 from .checkpoint_loading import CheckpointLoading
+from .input_size import InputSize
+from .layer_depth import LayerDepth
 
 ArchZoo = Dict[Union[str, Tuple[str, ...]], dict]
 AttnCfgs = Union[None, dict, Sequence[Union[None, dict, Sequence[dict]]],
                  Callable[[dict, List[Grid]], object]]
-class StagedBackbone(CheckpointLoading, BaseModule):
+class StagedBackbone(CheckpointLoading, InputSize, LayerDepth, BaseModule):
     """Base class of the package's backbones (mmpretrain style).
 
     A skeleton defines ``arch_zoo`` (names or tuples of aliases ->
@@ -86,6 +91,9 @@ class StagedBackbone(CheckpointLoading, BaseModule):
 
     arch_zoo: ArchZoo = {}
     arch_keys: Tuple[str, ...] = ()
+    #: What a family adds to an arch named from its skeleton's zoo (e.g.
+    #: where Less-Attention starts).
+    stock_arch_defaults: dict = {}
     #: Stock keywords that name an arch setting: ``{keyword: arch key}``
     #: (mmdet's PVT says ``num_layers`` for ``depths``).
     arch_aliases: Dict[str, str] = {}
@@ -97,8 +105,6 @@ class StagedBackbone(CheckpointLoading, BaseModule):
     #: The package whose conventions this class follows (None: plain
     #: Python); set on the classes :meth:`for_package` makes.
     package: Optional[str] = None
-    #: Smallest input side (pixels) the network can process.
-    min_input_size: int = 32
     #: Whether ``frozen_stages=0`` freezes the stem (mmdet, mmseg); False
     #: for skeletons that follow a stock class freezing nothing at 0
     #: (mmpretrain's ViT).
@@ -113,22 +119,21 @@ class StagedBackbone(CheckpointLoading, BaseModule):
                  convert_weights: bool = True,
                  pretrained: Optional[str] = None,
                  init_cfg: Optional[Union[dict, list]] = None):
+        # As the stock classes: both given is refused first; a bad init_cfg
+        # raises in init_weights (mmengine's initialize).
+        if pretrained is not None and init_cfg is not None:
+            raise InvalidArgument('give init_cfg or pretrained, not both')
         if pretrained is not None:
             if not isinstance(pretrained, str):
                 raise TypeError(f'pretrained must be a str or None, got '
                                 f'{type(pretrained).__name__}')
-            if init_cfg is not None:
-                raise ValueError('give init_cfg or pretrained, not both')
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
-        if init_cfg is not None and not isinstance(init_cfg, (dict, list)):
-            raise TypeError('init_cfg must be a dict, a list or None, got '
-                            f'{type(init_cfg).__name__}')
         super().__init__(init_cfg=init_cfg)
         check_type('frozen_stages', frozen_stages, Integral)
         offset = self.default('frozen_stages_offset', 0)
         if not -1 <= frozen_stages <= num_stages - offset:
             zero = 'the stem' + (' and stage 0' if offset else '')
-            raise ValueError(
+            raise InvalidArgument(
                 f'{type(self).__name__}: frozen_stages={frozen_stages} is '
                 f'out of range; it has {num_stages} stages, so valid values '
                 f'are -1 (freeze nothing), 0 ({zero}) to '
@@ -148,6 +153,8 @@ class StagedBackbone(CheckpointLoading, BaseModule):
         # Dropout after position embeddings (skeletons with drop_rate set
         # it); no parameters.
         self.drop_after_pos = nn.Identity()
+        # The least grid side each stage's layers take (build_blocks).
+        self.min_grids = [1] * num_stages
         self._aux_losses: Optional[Dict[str, torch.Tensor]] = None
 
     # -------------------------------------------------------- conventions
@@ -188,32 +195,46 @@ class StagedBackbone(CheckpointLoading, BaseModule):
 
     # ----------------------------------------------------------- arguments
     @classmethod
+    def arch_zoos(cls) -> List[ArchZoo]:
+        """The class's arch zoo, then those of the classes it is built on:
+        a family's own names (its paper's sizes) come first, and every name
+        its skeleton (the stock class) knows is valid too."""
+        return [c.__dict__['arch_zoo'] for c in cls.__mro__
+                if 'arch_zoo' in c.__dict__]
+
+    @classmethod
     def arch_names(cls) -> Tuple[str, ...]:
         names = []
-        for key in cls.arch_zoo:
-            names.extend([key] if isinstance(key, str) else key)
+        for zoo in cls.arch_zoos():
+            for key in zoo:
+                names.extend(n for n in ((key, ) if isinstance(key, str)
+                                         else key) if n not in names)
         return tuple(names)
 
     @classmethod
     def parse_arch(cls, arch: Union[str, dict]) -> dict:
-        """Settings of a named arch, or a validated custom arch dict (stock
-        key names accepted, see :attr:`arch_aliases`)."""
+        """Settings of a named arch (an arch of the skeleton's zoo gets the
+        family's :attr:`stock_arch_defaults`), or a validated custom arch
+        dict (stock key names accepted, see :attr:`arch_aliases`)."""
         if isinstance(arch, str):
-            for key, settings in cls.arch_zoo.items():
-                aliases = (key, ) if isinstance(key, str) else key
-                if arch.lower() in aliases:
-                    return dict(settings)
-            raise KeyError(f"Unknown arch '{arch}' for {cls.__name__}. "
-                           f'Valid arch names: {", ".join(cls.arch_names())}'
-                           f' (or a dict with keys {list(cls.arch_keys)}).')
+            for i, zoo in enumerate(cls.arch_zoos()):
+                for key, settings in zoo.items():
+                    aliases = (key, ) if isinstance(key, str) else key
+                    if arch.lower() in aliases:
+                        return dict(settings, **(
+                            cls.stock_arch_defaults if i else {}))
+            raise InvalidArch(
+                f"Unknown arch '{arch}' for {cls.__name__}. Valid arch "
+                f'names: {", ".join(cls.arch_names())} (or a dict with keys '
+                f'{list(cls.arch_keys)}).')
         if not isinstance(arch, dict):
             raise TypeError(f'arch must be a str or a dict, got '
                             f'{type(arch).__name__}')
         arch = {cls.arch_aliases.get(k, k): v for k, v in arch.items()}
         missing = [k for k in cls.arch_keys if k not in arch]
         if missing:
-            raise KeyError(f'Custom arch for {cls.__name__} lacks {missing}; '
-                           f'it needs {list(cls.arch_keys)}.')
+            raise InvalidArch(f'Custom arch for {cls.__name__} lacks '
+                              f'{missing}; it needs {list(cls.arch_keys)}.')
         return dict(arch)
 
     @classmethod
@@ -260,21 +281,10 @@ class StagedBackbone(CheckpointLoading, BaseModule):
         result = []
         for index in out_indices:
             if not -num_stages <= index < num_stages:
-                raise ValueError(f'out_indices {tuple(out_indices)} out of '
-                                 f'range for {num_stages} stages')
+                raise InvalidArgument(f'out_indices {tuple(out_indices)} out '
+                                      f'of range for {num_stages} stages')
             result.append(int(index) % num_stages)
         return tuple(sorted(set(result)))
-
-    def check_input_size(self, x: torch.Tensor) -> None:
-        """Raise a clear error for inputs the network cannot process."""
-        if x.dim() != 4:
-            raise ValueError(f'{type(self).__name__} expects (B, C, H, W) '
-                             f'images, got shape {tuple(x.shape)}')
-        if min(x.shape[-2:]) < self.min_input_size:
-            raise ValueError(
-                f'{type(self).__name__} needs inputs of at least '
-                f'{self.min_input_size}x{self.min_input_size} pixels, got '
-                f'{x.shape[-2]}x{x.shape[-1]}.')
 
     # ------------------------------------------------------------ building
     @staticmethod
@@ -340,7 +350,8 @@ class StagedBackbone(CheckpointLoading, BaseModule):
         that take it; ``defaults`` such as ``embed_dims``) and the drop-path
         rate of its place in the network's linear schedule over
         ``num_blocks`` blocks: ``make_block(j, attention, drop_path)``.
-        Stages are built in order.
+        Stages are built in order. Records the least grid side the
+        attentions take (:attr:`min_input_size`).
         """
         rates = linear_drop_path_rates(drop_path_rate, num_blocks)
         start = sum(len(s.blocks) for s in self.stages[:stage])
@@ -348,6 +359,9 @@ class StagedBackbone(CheckpointLoading, BaseModule):
         for j, cfg in enumerate(cfgs):
             cfg = dict(cfg)
             pass_on(cfg, self.configured_attention(cfg), **(settings or {}))
+            self.min_grids[stage] = max(
+                self.min_grids[stage],
+                attention_class(cfg['type']).min_grid(cfg))
             attn = build_attention(cfg, context=context, **defaults)
             blocks.append(make_block(j, attn, rates[start + j]))
         return blocks

@@ -23,7 +23,7 @@ from ...registry import register_model
 from ..layers.blocks import TransformerBlock
 from ..layers.padding import CornerPatchEmbed, grid_after_stride, pad_corner
 from ..layers.stage import Stage, init_linear_and_norm
-from ..layers.windows import to_2tuple_int
+from ..layers.common import to_2tuple_int
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
 from .checkpoint_loading import block_converter
@@ -121,11 +121,11 @@ class AttnCSwinTransformer(StagedBackbone):
         self.depths = list(depths)
         self.num_features = [embed_dims * 2**i for i in range(num_stages)]
         self.split_sizes = tuple(split_sizes)
-        # Every stage's tokens must cover at least one pixel of the input.
-        self.min_input_size = self.stem_stride * 2**(num_stages - 1)
+        self.stage_strides = tuple(self.stem_stride * 2**i
+                                   for i in range(num_stages))
 
-        grids = [grid_after_stride(to_2tuple_int(pretrain_img_size),
-                                   self.stem_stride)]
+        pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
+        grids = [grid_after_stride(pretrain_hw, self.stem_stride)]
         for _ in range(num_stages - 1):
             grids.append(grid_after_stride(grids[-1], 2))
         cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, depths, grids,

@@ -231,9 +231,10 @@ class FLattenDeiT(AttnViT):
     there is no official layout to convert.
 
     Args:
-        arch (str | dict): 'tiny' (or 't', 'ti', 'deit-tiny', 'deit-t'),
-            or a dict with ``embed_dims``, ``depth`` and ``num_heads``.
-            Default: 'tiny'.
+        arch (str | dict): The paper's 'tiny' (or 't', 'ti', 'deit-tiny',
+            'deit-t'), any other name of :class:`AttnViT` (mmpretrain's,
+            e.g. 'b'), or a dict with ``embed_dims``, ``depth`` and
+            ``num_heads``. Default: 'tiny'.
         focusing_factor (float): p of the focusing function. Default: 3.
         kernel_size (int): Depthwise conv kernel of the attention.
             Default: 5.

@@ -29,10 +29,9 @@ from mmpretrain.models.utils import ConditionalPositionEncoding
 from ...registry import register_model
 from ..attentions.linear_global import LocalConcentrationModule
 from ..layers.blocks import TransformerBlock
-from ..layers.common import nchw_to_nlc
+from ..layers.common import nchw_to_nlc, to_2tuple_int
 from ..layers.padding import CornerPadding, grid_after_stride
 from ..layers.stage import Stage
-from ..layers.windows import to_2tuple_int
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
 from .checkpoint_loading import block_converter
@@ -281,15 +280,15 @@ class L2ViT(StagedBackbone):
         num_stages = self.num_stages
         self.embed_dims = embed_dims
         self.num_features = list(embed_dims)
-        # Below one stride of the last stage, its tokens would be padding.
-        self.min_input_size = 4 * 2**(num_stages - 1)
+        self.stage_strides = tuple(4 * 2**i for i in range(num_stages))
 
         def default(stage, block):
             if block % 2:
                 return dict(L2VIT_GLOBAL, denominator_min=denominator_min)
             return dict(L2VIT_LOCAL, window_size=window_size)
 
-        grids = [grid_after_stride(to_2tuple_int(pretrain_img_size), 4)]
+        pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
+        grids = [grid_after_stride(pretrain_hw, 4)]
         for _ in range(num_stages - 1):
             grids.append(grid_after_stride(grids[-1], 2))
         cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, depths, grids,

@@ -154,9 +154,11 @@ class LessAttnViT(AttnViT):
     one (``patch_embed='pixel_norm', pos_embed='sincos'``).
 
     Args:
-        arch (str | dict): 'tiny', 'small' (or 't', 's', 'deit-tiny',
-            'deit-small' ...), or a dict with ``embed_dims``, ``depth``,
-            ``num_heads`` and optionally ``la_start``. Default: 'tiny'.
+        arch (str | dict): The paper's 'tiny', 'small' (or 't', 's',
+            'deit-tiny', 'deit-small' ...), any other name of
+            :class:`AttnViT` (mmpretrain's, with ``la_start=4``), or a dict
+            with ``embed_dims``, ``depth``, ``num_heads`` and
+            ``la_start``. Default: 'tiny'.
         la_start (int, optional): 1-based index of the first LA block (0:
             none); overrides the arch's. Default: None.
         less_attention (bool): Build LA layers; False gives the same ViT
@@ -185,6 +187,9 @@ class LessAttnViT(AttnViT):
         ('s', 'small', 'deit-s', 'deit-small'):
         dict(embed_dims=384, depth=12, num_heads=6, la_start=4),
     }
+    # The stock ViT names (e.g. mmpretrain's 'b'): LA from block 4, as the
+    # paper's DeiTs.
+    stock_arch_defaults = dict(la_start=4)
     conventions = NO_CLS_TOKEN_CONVENTIONS
 
     def __init__(self,

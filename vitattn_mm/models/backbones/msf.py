@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from ...registry import register_model
 from .swin import AttnSwinTransformer
-from .vit import NO_CLS_TOKEN_CONVENTIONS, AttnViT
+from .vit import DEIT, NO_CLS_TOKEN_CONVENTIONS, AttnViT
 
 
 @register_model
@@ -92,9 +92,10 @@ class MSFViT(AttnViT):
     classifier's mean pooling and head norm.
 
     Args:
-        arch (str | dict): 'ti', 'ss', 's', 'b' (or 'tiny', 'small',
-            'base'), or a dict with ``embed_dims``, ``depth`` and
-            ``num_heads``. Default: 'small'.
+        arch (str | dict): The paper's 'ti', 'ss', 's', 'b' (or 'tiny',
+            'small', 'base'; DeiT's sizes), any other name of
+            :class:`AttnViT` (mmpretrain's), or a dict with
+            ``embed_dims``, ``depth`` and ``num_heads``. Default: 'small'.
         mean_shift (bool): MSF attention; False for softmax attention.
             Default: True.
         groups (int): Groups of the q/k/v/p projection. Default: 1.
@@ -110,6 +111,13 @@ class MSFViT(AttnViT):
             ``frozen_stages``, ``init_cfg``...).
     """
 
+    # The paper's sizes (DeiT's widths; 'ss': six blocks of 384).
+    arch_zoo = {
+        ('ti', 'tiny'): DEIT['tiny'],
+        'ss': dict(embed_dims=384, depth=6, num_heads=6),
+        ('s', 'small'): DEIT['small'],
+        ('b', 'base'): DEIT['base'],
+    }
     conventions = NO_CLS_TOKEN_CONVENTIONS
 
     def __init__(self,

@@ -10,7 +10,7 @@ registered attention.
 import math
 import re
 from collections import OrderedDict
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -19,11 +19,10 @@ from mmengine.model import ModuleList
 
 from ...registry import register_model
 from ..layers.blocks import TransformerBlock
-from ..layers.common import check_type
+from ..layers.common import check_type, to_2tuple_int
 from ..layers.padding import CornerPatchEmbed
 from ..layers.pos_embed import ResizablePosEmbed
 from ..layers.stage import Stage, init_linear_and_norm
-from ..layers.windows import to_2tuple_int
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
 from .checkpoint_loading import block_converter
@@ -169,15 +168,11 @@ class AttnPVT(StagedBackbone):
         self.num_features = list(embed_dims)
         self.norm_after_stage = norm_after_stage
         self.sr_ratios = tuple(sr_ratios)
-        self.min_input_size = math.prod(strides)
+        self.patch_layout = tuple(zip(patch_sizes, strides, paddings))
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        grids, grid = [], to_2tuple_int(pretrain_img_size)
-        for k, s, p in zip(patch_sizes, strides, paddings):
-            # mmdet pads nothing and drops partial patches; 'corner' pads.
-            grid = tuple((g + 2 * p - k) // s + 1 if isinstance(p, int) else
-                         (g + s - 1) // s for g in grid)
-            grids.append(grid)
+        pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
+        grids = list(zip(*(self.grid_sides(side) for side in pretrain_hw)))
         cfgs = self.resolve_attn_cfgs(
             attn_cfgs, arch, depths, grids,
             dict(type='SpatialReductionAttention', norm_cfg=norm_cfg))
@@ -222,6 +217,15 @@ class AttnPVT(StagedBackbone):
             self.add_output_norms(
                 embed_dims, lambda c: build_norm_layer(norm_cfg, c)[1])
         self.apply(self._init_weights)
+
+    def grid_sides(self, size: int) -> List[int]:
+        sides = []
+        for kernel, stride, padding in self.patch_layout:
+            # mmdet pads nothing and drops partial patches; 'corner' pads.
+            size = ((size + 2 * padding - kernel) // stride + 1
+                    if isinstance(padding, int) else -(-size // stride))
+            sides.append(size)
+        return sides
 
     @classmethod
     def normalize_arch(cls, settings: dict) -> dict:

@@ -21,12 +21,11 @@ from ...registry import register_model
 from ..attentions.base import attention_class
 from ..attentions.windowed import WindowedAttention
 from ..layers.blocks import TransformerBlock
-from ..layers.common import check_type
+from ..layers.common import InvalidArgument, check_type, to_2tuple_int
 from ..layers.padding import (CornerPatchEmbed, CornerPatchMerging,
                               grid_after_stride)
 from ..layers.pos_embed import resize_pos_embed
 from ..layers.stage import Stage, init_linear_and_norm
-from ..layers.windows import to_2tuple_int
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
 from .checkpoint_loading import block_converter
@@ -173,9 +172,9 @@ class AttnSwinTransformer(StagedBackbone):
             out_indices, **kwargs)
         if strides is not None and tuple(strides) != (
                 patch_size, ) + (2, ) * (num_stages - 1):
-            raise ValueError(f'strides {tuple(strides)}: Swin merges 2x2 '
-                             f'patches, so only ({patch_size}, 2, 2, ...) '
-                             'is supported')
+            raise InvalidArgument(
+                f'strides {tuple(strides)}: Swin merges 2x2 patches, so '
+                f'only ({patch_size}, 2, 2, ...) is supported')
         if stage_cfgs:
             raise ValueError('stage_cfgs (mmpretrain\'s per-stage block '
                              'settings) is not supported: give attn_cfgs, '
@@ -208,7 +207,7 @@ class AttnSwinTransformer(StagedBackbone):
                  norm_cfg=norm_cfg if patch_norm else None),
             **(patch_cfg or {})))
         self.patch_resolution = grid_after_stride(
-            to_2tuple_int(pretrain_img_size), patch_size)
+            to_2tuple_int(pretrain_img_size, 'pretrain_img_size'), patch_size)
         self.use_abs_pos_embed = use_abs_pos_embed
         if use_abs_pos_embed:
             self.absolute_pos_embed = nn.Parameter(
@@ -222,7 +221,8 @@ class AttnSwinTransformer(StagedBackbone):
             grids.append(grid_after_stride(grids[-1], 2))
         cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, self.depths, grids,
                                       SWIN_ATTENTION)
-        self.min_input_size = patch_size * 2**(num_stages - 1)
+        self.stage_strides = tuple(patch_size * 2**i
+                                   for i in range(num_stages))
         self.stages = ModuleList()
         for i, depth in enumerate(self.depths):
             dims = self.num_features[i]
@@ -242,9 +242,7 @@ class AttnSwinTransformer(StagedBackbone):
             if not self.pad_small_map and any(
                     self.is_window_attention(cfg) for cfg in block_cfgs):
                 # The stage's map must hold a whole window.
-                self.min_input_size = max(
-                    self.min_input_size,
-                    patch_size * 2**i * (window_size - 1) + 1)
+                self.min_grids[i] = max(self.min_grids[i], window_size)
             downsample = None
             if i < num_stages - 1:
                 downsample = CornerPatchMerging(

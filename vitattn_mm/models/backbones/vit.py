@@ -19,23 +19,29 @@ from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_model
-from ..attentions.base import attention_class
+from ..attentions.base import Grid, attention_class
 from ..layers.blocks import TransformerBlock
-from ..layers.common import check_type, nlc_to_nchw
+from ..layers.common import (InvalidArgument, check_type, nlc_to_nchw,
+                             to_2tuple_int)
 from ..layers.padding import CornerPatchEmbed, grid_after_stride
 from ..layers.patch_embed import PixelNormPatchEmbed
-from ..layers.pos_embed import ResizablePosEmbed, sincos_pos_embed_2d
+from ..layers.pos_embed import (ResizablePosEmbed, resize_pos_embed,
+                                sincos_pos_embed_2d)
 from ..layers.stage import Stage, init_linear_and_norm
-from ..layers.windows import to_2tuple_int
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
 
 #: ViT's attention in the blocks that name none.
 VIT_ATTENTION = dict(type='MultiheadSelfAttention')
 
-_DEIT = dict(deit_tiny=dict(embed_dims=192, depth=12, num_heads=3),
-             deit_small=dict(embed_dims=384, depth=12, num_heads=6),
-             deit_base=dict(embed_dims=768, depth=12, num_heads=12))
+DEIT = dict(tiny=dict(embed_dims=192, depth=12, num_heads=3),
+            small=dict(embed_dims=384, depth=12, num_heads=6),
+            base=dict(embed_dims=768, depth=12, num_heads=12))
+
+
+def _vit(embed_dims: int, depth: int, num_heads: int, ffn: int) -> dict:
+    return dict(embed_dims=embed_dims, depth=depth, num_heads=num_heads,
+                feedforward_channels=ffn)
 
 
 @register_model
@@ -62,9 +68,10 @@ class AttnViT(StagedBackbone):
     mean token).
 
     Args:
-        arch (str | dict): 'tiny', 'small', 'base' (or 'ti', 's', 'b'),
-            'ss' (6 blocks of 384), mmpretrain's DeiT names ('deit-tiny',
-            'deit-small', 'deit-base', or 'deit-t' ...) and 'large', or a
+        arch (str | dict): Every name of mmpretrain's ViT arch zoo
+            ('s', 'b', 'l', 'h', 'eva-g', 'deit-t', 'deit-s', 'deit-b',
+            'dinov2-s', 'dinov2-g' and their long forms), with its sizes,
+            and 'ti' / 'tiny' (DeiT-Ti), or a
             dict with ``embed_dims``, ``depth`` (or ``num_layers``),
             ``num_heads`` and optionally ``feedforward_channels``.
             mmseg's keywords below override it. Default: 'base'.
@@ -128,12 +135,18 @@ class AttnViT(StagedBackbone):
             ``norm_eval``, ``with_cp``, ``convert_weights``, ``pretrained``
             and ``init_cfg``.
     """
+    # mmpretrain's names and sizes ('s' is ViT-S of the ViT paper, 768
+    # wide; DeiT-S is 'deit-s'), and 'ti' / 'tiny' for DeiT-Ti.
     arch_zoo = {
-        ('ti', 'tiny', 'deit-t', 'deit-tiny'): _DEIT['deit_tiny'],
-        'ss': dict(embed_dims=384, depth=6, num_heads=6),
-        ('s', 'small', 'deit-s', 'deit-small'): _DEIT['deit_small'],
-        ('b', 'base', 'deit-b', 'deit-base'): _DEIT['deit_base'],
-        ('l', 'large'): dict(embed_dims=1024, depth=24, num_heads=16),
+        ('s', 'small'): _vit(768, 8, 8, 768 * 3),
+        ('b', 'base'): _vit(768, 12, 12, 3072),
+        ('l', 'large'): _vit(1024, 24, 16, 4096),
+        ('h', 'huge'): _vit(1280, 32, 16, 5120),
+        ('eva-g', 'eva-giant'): _vit(1408, 40, 16, 6144),
+        ('ti', 'tiny', 'deit-t', 'deit-tiny'): DEIT['tiny'],
+        ('deit-s', 'deit-small', 'dinov2-s', 'dinov2-small'): DEIT['small'],
+        ('deit-b', 'deit-base'): DEIT['base'],
+        ('dinov2-g', 'dinov2-giant'): _vit(1536, 40, 24, 6144),
     }
     arch_keys = ('embed_dims', 'depth', 'num_heads')
     arch_aliases = {'num_layers': 'depth'}
@@ -212,7 +225,7 @@ class AttnViT(StagedBackbone):
             raise ValueError("with_cls_token must be True when "
                              "out_type='cls_token'")
         if output_cls_token and not with_cls_token:
-            raise ValueError('output_cls_token=True needs with_cls_token')
+            raise InvalidArgument('output_cls_token=True needs with_cls_token')
         for name, value, supported in (
                 ('layer_cfgs', layer_cfgs, not layer_cfgs),
                 ('layer_scale_init_value', layer_scale_init_value,
@@ -224,6 +237,7 @@ class AttnViT(StagedBackbone):
         if pretrain_img_size is not None:
             img_size = pretrain_img_size
         self.embed_dims = embed_dims = arch['embed_dims']
+        self.num_layers = depth
         self.num_features = [embed_dims] * depth
         self.out_type = out_type
         self.final_norm = final_norm
@@ -231,10 +245,15 @@ class AttnViT(StagedBackbone):
         self.output_cls_token = output_cls_token
         self.num_extra_tokens = int(with_cls_token)
         self.out_norm = out_norm
-        self.min_input_size = patch_size
+        self.stage_strides = (patch_size, ) * self.num_stages
         if mlp_ratio is None:
             mlp_ratio = arch.get('feedforward_channels',
                                  4 * embed_dims) / embed_dims
+        # mmpretrain's record of the arch.
+        self.arch_settings = dict(
+            embed_dims=embed_dims, num_layers=depth,
+            num_heads=arch['num_heads'],
+            feedforward_channels=int(embed_dims * mlp_ratio))
 
         if patch_embed == 'conv':
             self.patch_embed = CornerPatchEmbed(**dict(
@@ -250,8 +269,8 @@ class AttnViT(StagedBackbone):
         else:
             self.patch_embed = PixelNormPatchEmbed(in_channels, embed_dims,
                                                    patch_size, norm_cfg)
-        self.patch_resolution = grid_after_stride(to_2tuple_int(img_size),
-                                                  patch_size)
+        self.patch_resolution = grid_after_stride(
+            to_2tuple_int(img_size, 'img_size'), patch_size)
         if with_cls_token:
             self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims))
         self.pos_embed = None
@@ -306,6 +325,36 @@ class AttnViT(StagedBackbone):
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         init_linear_and_norm(module)
+
+    @property
+    def layers(self) -> ModuleList:
+        """The blocks in order, as mmpretrain's and mmseg's ``layers``
+        (each stage of a plain ViT holds one)."""
+        return ModuleList(stage.blocks[0] for stage in self.stages)
+
+    @staticmethod
+    def resize_pos_embed(pos_embed: torch.Tensor, input_shape: Grid,
+                         pos_shape: Grid, mode: str) -> torch.Tensor:
+        """mmseg's ``VisionTransformer.resize_pos_embed``: a ``(1, E +
+        pos_h * pos_w, C)`` table learned on ``pos_shape`` resized to the
+        grid ``input_shape``, its ``E`` leading (class-token) rows kept.
+
+        Args:
+            pos_embed (Tensor): The table.
+            input_shape (tuple[int, int]): The grid to resize to.
+            pos_shape (tuple[int, int]): The grid it was learned on.
+            mode (str): ``F.interpolate`` mode.
+
+        Returns:
+            Tensor: The ``(1, E + h * w, C)`` table.
+        """
+        if pos_embed.ndim != 3:
+            raise InvalidArgument('shape of pos_embed must be [B, L, C], '
+                                  f'got {tuple(pos_embed.shape)}')
+        extra = pos_embed.shape[1] - pos_shape[0] * pos_shape[1]
+        return resize_pos_embed(pos_embed, tuple(pos_shape),
+                                tuple(input_shape), mode,
+                                num_extra_tokens=extra)
 
     # ----------------------------------------------------------- forward
     def forward_stem(self, x: torch.Tensor):

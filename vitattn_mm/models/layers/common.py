@@ -1,5 +1,6 @@
 """Small helpers every skeleton uses."""
-from typing import Sequence
+from numbers import Integral
+from typing import Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -31,6 +32,36 @@ class LinspaceOnCPU(TorchFunctionMode):
         if func is torch.linspace:
             kwargs['device'] = 'cpu'
         return func(*args, **kwargs)
+
+
+class InvalidArgument(ValueError, AssertionError):
+    """A constructor argument the network cannot take. A ``ValueError``,
+    and the ``AssertionError`` the stock OpenMMLab classes raise for the
+    same argument (their checks are asserts), so code written against them
+    catches it too."""
+
+
+class InvalidArch(KeyError, AssertionError):
+    """An arch name the class does not know, or a custom arch dict that
+    lacks settings: a ``KeyError``, and the ``AssertionError`` mmpretrain's
+    classes raise for it."""
+
+
+def to_2tuple_int(value, name: str = 'size') -> Tuple[int, int]:
+    """An int, or a sequence of one or two ints, as an ``(h, w)`` pair; a
+    single entry serves both sides, as mmseg's ViT and the stock Swins
+    read ``img_size``."""
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        return int(value), int(value)
+    if not isinstance(value, Sequence) or not all(
+            isinstance(v, Integral) and not isinstance(v, bool)
+            for v in value):
+        raise TypeError(f'{name} must be an int or a tuple of ints, got '
+                        f'{value!r}')
+    if len(value) not in (1, 2):
+        raise InvalidArgument(f'{name} must have one or two entries, got '
+                              f'{tuple(value)}')
+    return int(value[0]), int(value[-1])
 
 
 def freeze_module(module: nn.Module) -> None:

@@ -17,18 +17,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model.weight_init import trunc_normal_
 
+from .common import to_2tuple_int
 from .padding import padded_size
 
 Grid = Tuple[int, int]
-
-
-def to_2tuple_int(value) -> Tuple[int, int]:
-    if isinstance(value, int):
-        return value, value
-    value = tuple(int(v) for v in value)
-    if len(value) != 2:
-        raise ValueError(f'expected an int or a pair, got {value}')
-    return value
 
 
 def pad_to_multiple(x: torch.Tensor, hw: Grid,

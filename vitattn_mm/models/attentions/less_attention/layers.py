@@ -16,10 +16,12 @@ from typing import List, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ....registry import ATTENTIONS
 from ...layers.padding import grid_after_stride
-from ...layers.windows import RelativePositionBias, to_2tuple_int
+from ...layers.common import to_2tuple_int
+from ...layers.windows import RelativePositionBias
 from ..base import AttentionOutput, AttentionState, Grid, QueryAttention
 from ..functional import (masked_softmax, softmax_attention, softmax_query,
                           split_heads)
@@ -114,9 +116,10 @@ class VanillaAttention(SpatialReductionAttention):
         q, k, v, kv_hw = self.project(x, hw_shape)
         bias = self.logit_bias(state, hw_shape, q.shape[0])
         builds_map = self.keep_logits is True
-        out = softmax_attention(q, k, v, bias, mask, self.scale,
-                                fused=not builds_map,
-                                return_logits=builds_map)
+        out = softmax_attention(
+            q, k, v, bias, mask, self.scale,
+            dropout_p=self.attn_drop if self.training else 0.,
+            fused=not builds_map, return_logits=builds_map)
         if not self.keep_logits:
             return self.output(out), state.replace(logits=None, factors=None)
         if builds_map:  # kept without the shift mask: an LA layer adds its own
@@ -175,6 +178,7 @@ class LessAttention(SpatialReduction):
             printed, :func:`paper_diagonality_loss`). Default: 'bounded'.
         sr_padding (int | str): See :class:`SpatialReduction`.
             Default: 'corner'.
+        attn_drop (float): Dropout of the attention weights. Default: 0.
         **kwargs: Other :class:`SpatialReduction` arguments.
     """
     stateful = True
@@ -191,9 +195,11 @@ class LessAttention(SpatialReduction):
                  dp_loss_weight: float = 0.,
                  dp_loss_form: str = 'bounded',
                  sr_padding: Union[int, str] = 'corner',
+                 attn_drop: float = 0.,
                  **kwargs):
         super().__init__(embed_dims, num_heads, sr_ratio,
                          sr_padding=sr_padding, **kwargs)
+        self.attn_drop = attn_drop
         if dp_loss_form not in DP_LOSS_FORMS:
             raise ValueError(f'dp_loss_form must be one of '
                              f'{sorted(DP_LOSS_FORMS)}, got {dp_loss_form!r}')
@@ -236,7 +242,9 @@ class LessAttention(SpatialReduction):
         v_tokens, v_hw = self.reduce(x, hw_shape)
         v = split_heads(self.v(v_tokens), self.num_heads)
         logits = self.transform(state.scores(), tuple(hw_shape), v_hw)
-        out = masked_softmax(logits, mask).to(v.dtype) @ v
+        weights = F.dropout(masked_softmax(logits, mask), self.attn_drop,
+                            self.training)
+        out = weights.to(v.dtype) @ v
         maps = state.maps
         if self.dp_loss_weight > 0 and self.training and \
                 torch.is_grad_enabled():

@@ -2,7 +2,7 @@
 network."""
 from typing import List, Optional, Sequence, Union
 
-from ...layers.windows import to_2tuple_int
+from ...layers.common import to_2tuple_int
 
 
 def less_attention_layers(depths: Sequence[int],
