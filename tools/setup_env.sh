@@ -27,6 +27,13 @@ TORCH_VERSION=2.14.1
 
 PY="$VENV/bin/python"
 STAMP="$VENV/.vitattn_mm_stamp"
+# mmseg's own backbone tests, which tests/test_stock_tests.py runs unchanged
+# against this package's classes: from the published sdist of the installed
+# mmseg (pinned, hash-checked; mmdet and mmpretrain publish no tests).
+MMSEG_SDIST=mmsegmentation-1.2.2
+MMSEG_SDIST_SHA256=35dbd8089fd1c2baa467d3b7c2e1b197043f4f955ad5de8005170eee469102ec
+STOCK_TESTS="$VENV/share/vitattn_mm/stock_tests"
+STOCK_TEST_FILES="test_swin.py test_vit.py utils.py"
 REQS="$ROOT/requirements"
 want_stamp="$(cat "$REQS/runtime.txt" "$REQS/tests.txt" "$REQS/constraints.txt" \
   "$ROOT/tools/setup_env.sh" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
@@ -35,6 +42,9 @@ log() { printf '[setup_env] %s\n' "$*"; }
 
 env_ok() {
   [ -x "$PY" ] || return 1
+  for f in $STOCK_TEST_FILES; do
+    [ -f "$STOCK_TESTS/$MMSEG_SDIST/tests/test_models/test_backbones/$f" ] || return 1
+  done
   [ "$(cat "$STAMP" 2>/dev/null)" = "$want_stamp" ] || return 1
   # Run from / so that the installed vitattn_mm is found, not the working
   # directory's: it must be this checkout's (a venv shared with another
@@ -101,6 +111,16 @@ if [ "$(installed_mmcv)" != "$MMCV_VERSION" ]; then
 fi
 
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT"
+
+log "fetching mmseg's backbone tests ($MMSEG_SDIST sdist)"
+sdist="$(mktemp -d)"
+echo "mmsegmentation==${MMSEG_SDIST#*-} --hash=sha256:$MMSEG_SDIST_SHA256" > "$sdist/pin.txt"
+"${PIP[@]}" download -q --no-deps --no-binary :all: --no-build-isolation \
+  --require-hashes -r "$sdist/pin.txt" -d "$sdist"
+mkdir -p "$STOCK_TESTS"
+tar xzf "$sdist/$MMSEG_SDIST.tar.gz" -C "$STOCK_TESTS" \
+  $(for f in $STOCK_TEST_FILES; do echo "$MMSEG_SDIST/tests/test_models/test_backbones/$f"; done)
+rm -rf "$sdist"
 
 if ! (cd / && "$PY" -c 'import mmcv.ops, vitattn_mm, vitattn_tools') ; then
   log "import check failed" >&2

@@ -14,6 +14,7 @@ so it imports from any working directory. Modules:
 - :mod:`.model_zoo`: the model-zoo and pretrained-weights tables;
 - :mod:`.recipes`: the recipe table and where each value comes from;
 - :mod:`.drop_in`: stock OpenMMLab configs with the backbone type changed;
+- :mod:`.stock_tests`: mmseg's own backbone tests run against our classes;
 - :mod:`.benchmark`: latency / memory presets and measurement;
 - :mod:`.attention_maps`: where one query looks, for the figures;
 - :mod:`.converter`: the command line of the checkpoint converters.
