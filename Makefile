@@ -3,6 +3,9 @@
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist): one per core of a 2-core CI machine; each
+# worker's torch takes its share of the cores (tests/conftest.py).
+WORKERS ?= 2
 
 .PHONY: env demo test
 
@@ -13,4 +16,4 @@ demo: env
 	$(PYTHON) tools/demo.py
 
 test: env
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -n $(WORKERS) --dist worksteal $(PYTEST_ARGS)

@@ -69,3 +69,59 @@ def check_each(cases: Iterable[str], check: Callable[[str], None]) -> None:
             failures.append(_describe(case, error))
     assert not failures, (f'{len(failures)} of {len(cases)} failed:\n' +
                           '\n'.join(failures))
+
+
+#: Backbone keys that only size a network (its arch, the stock spellings of
+#: the arch, regularisation, weights): configs that differ in nothing else
+#: train, test and evaluate through the same code.
+SIZE_KEYS = frozenset({
+    'arch', 'embed_dims', 'depths', 'depth', 'num_layers', 'num_heads',
+    'mlp_ratio', 'mlp_ratios', 'la_start', 'drop_path_rate', 'init_cfg',
+    'pretrained', 'out_indices', 'img_size', 'pretrain_img_size'
+})
+#: Size names in config file names, smallest first.
+SIZES = ('ti', 't', 'ss', 's', 'b0', 'b1', 'm', 'b2', 'b', 'b3', 'l', 'b4')
+
+
+def _types(cfg) -> tuple:
+    """Every ``type`` in a config tree, in order."""
+    if isinstance(cfg, dict):
+        own = (str(cfg['type']), ) if 'type' in cfg else ()
+        return own + sum((_types(v) for k, v in sorted(cfg.items())
+                          if k != 'type'), ())
+    if isinstance(cfg, (list, tuple)):
+        return sum((_types(v) for v in cfg), ())
+    return ()
+
+
+def recipe_shape(path: str) -> tuple:
+    """What a training run of config ``path`` exercises beyond the sizes:
+    the task model's and its heads' types, the backbone's type and every
+    backbone setting but :data:`SIZE_KEYS`, the dataset, the optimizer
+    and its constructor."""
+    cfg = cached_config(path)
+    model = cfg.model.to_dict()
+    backbone = model.pop('backbone')
+    settings = sorted((k, repr(v)) for k, v in backbone.items()
+                      if k not in SIZE_KEYS)
+    optim = cfg.get('optim_wrapper', {})
+    return (_types(model), tuple(settings),
+            cfg.train_dataloader.dataset.type,
+            optim.get('constructor'), _types(optim.get('optimizer', {})))
+
+
+def _size_rank(path: str) -> tuple:
+    import re
+    found = re.search(r'-(' + '|'.join(SIZES) + r')(?=[-_])',
+                      path.rsplit('/', 1)[-1])
+    return (SIZES.index(found[1]) if found else len(SIZES), path)
+
+
+def one_per_recipe_shape(configs: Iterable[str]) -> List[str]:
+    """The smallest config of each :func:`recipe_shape`: the others differ
+    only in sizes, which the quick tier builds for every config (shapes,
+    parameter counts) and ``test_configs`` runs through every model."""
+    groups = {}
+    for path in sorted(configs, key=_size_rank):
+        groups.setdefault(recipe_shape(path), path)
+    return sorted(groups.values())

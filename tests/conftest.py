@@ -10,8 +10,11 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 def pytest_configure(config):
-    # Two cores on CI: keep intra-op threads bounded and results repeatable.
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    # Two cores on CI: keep intra-op threads bounded and results repeatable;
+    # under pytest-xdist each worker takes its share of the cores (threads
+    # beyond the cores make torch's pools spin against each other).
+    workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1))
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // workers))
     os.chdir(REPO_ROOT)
     _memoize_stock_config_index()
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from mmengine.registry import MODELS, init_default_scope
 
-from config_cases import check_each, fresh_config
+from config_cases import check_each, fresh_config, one_per_recipe_shape
 from vitattn_tools.meta import on_meta_device
 
 with open('configs/flatten/metafile.yml') as f:
@@ -19,6 +19,18 @@ with open('configs/flatten/metafile.yml') as f:
         if m['Config'].startswith('configs/flatten/')
     }
 DET_SEG_CONFIGS = sorted(c for c in PAPER_PARAMS if '_in1k' not in c)
+#: The configs the slow tier trains: one per recipe shape (model, heads,
+#: attention settings, dataset, optimizer), the smallest; the others differ
+#: only in sizes, which the quick tier builds for every config.
+RECIPE_RUNS = [
+    'configs/flatten/cascade-mask-rcnn_flatten-swin-t_fpn_ms-crop-3x_coco.py',
+    'configs/flatten/fpn_flatten-pvt-t_4xb4-80k_ade20k-512x512.py',
+    'configs/flatten/mask-rcnn_flatten-cswin-t_fpn_1x_coco.py',
+    'configs/flatten/mask-rcnn_flatten-pvt-t_fpn_1x_coco.py',
+    'configs/flatten/mask-rcnn_flatten-swin-t_fpn_1x_coco.py',
+    'configs/flatten/upernet_flatten-cswin-t_8xb2-160k_ade20k-512x512.py',
+    'configs/flatten/upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py',
+]
 #: Recipes without a paper row (FLatten-CSwin-T downstream): our counts
 #: (docs/flatten.md), each ~1.1 M below the CSwin-T baseline in the same
 #: config (41.96 M / 52.12 M), as the FLatten-CSwin-T backbone is.
@@ -66,7 +78,7 @@ DEMO_CASCADE = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('config', DET_SEG_CONFIGS)
+@pytest.mark.parametrize('config', RECIPE_RUNS)
 def test_recipe_trains_and_tests_on_demo_data(run_recipe, config):
     overrides = DEMO_CASCADE if 'cascade' in config else {}
     runner, losses, metrics = run_recipe(config, **overrides)
@@ -119,3 +131,7 @@ def test_short_run_lowers_flatten_detector_loss(run_recipe):
     print('train/loss:', np.round(history, 3).tolist())
     assert len(history) == 12
     assert np.mean(history[-3:]) < 0.8 * np.mean(history[:3])
+
+
+def test_recipe_runs_cover_every_recipe_shape():
+    assert one_per_recipe_shape(DET_SEG_CONFIGS) == RECIPE_RUNS

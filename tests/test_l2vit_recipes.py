@@ -13,11 +13,21 @@ import numpy as np
 import pytest
 import torch
 
-from config_cases import cached_config, check_each, fresh_config
+from config_cases import (cached_config, check_each, fresh_config,
+                          one_per_recipe_shape)
 from vitattn_tools.meta import on_meta_device
 
 CONFIGS = sorted(glob.glob('configs/l2vit/*.py'))
 DOWNSTREAM = [c for c in CONFIGS if not c.endswith('_in1k.py')]
+#: The configs the slow tier trains: one per recipe shape (model, heads,
+#: attention settings, dataset, optimizer), the smallest; the others differ
+#: only in sizes, which the quick tier builds for every config.
+RECIPE_RUNS = [
+    'configs/l2vit/l2vit-t_32xb128_in1k.py',
+    'configs/l2vit/mask-rcnn_l2vit-t_fpn_ms-crop-1x_coco.py',
+    'configs/l2vit/retinanet_l2vit-t_fpn_ms-crop-1x_coco.py',
+    'configs/l2vit/upernet_l2vit-t_8xb2-160k_ade20k-512x512.py',
+]
 RELEASE = 'https://github.com/ChuanyangZheng/L2ViT/releases/download/v1.0/'
 #: The official ImageNet-1k files (readme.md, "ImageNet-1K trained models").
 RELEASE_FILES = dict(t='L2ViT-Tiny-checkpoint-best-ema.pth',
@@ -59,7 +69,7 @@ def _demo_overrides(config):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('config', CONFIGS)
+@pytest.mark.parametrize('config', RECIPE_RUNS)
 def test_recipe_trains_and_tests_on_demo_data(run_recipe, config):
     runner, losses, metrics = run_recipe(fresh_config(config), num_val=1,
                                          **_demo_overrides(config))
@@ -209,3 +219,7 @@ def test_short_run_lowers_retinanet_loss(run_recipe):
     history = runner.message_hub.get_scalar('train/loss').data[0]
     assert len(history) == iters
     assert np.mean(history[-5:]) < 0.8 * np.mean(history[:5]), history
+
+
+def test_recipe_runs_cover_every_recipe_shape():
+    assert one_per_recipe_shape(CONFIGS) == RECIPE_RUNS

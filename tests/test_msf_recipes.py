@@ -14,7 +14,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from config_cases import cached_config, check_each, fresh_config
+from config_cases import (cached_config, check_each, fresh_config,
+                          one_per_recipe_shape)
 
 DOWNSTREAM = sorted(
     glob.glob('configs/msf/upernet_*.py') +
@@ -28,6 +29,30 @@ CLS_RECIPES = [
 ]
 CLS_SIZES = sorted(
     set(glob.glob('configs/msf/*_in1k.py')) - set(CLS_RECIPES))
+#: The configs the slow tier trains: one per recipe shape (model, heads,
+#: attention settings, dataset, optimizer), the smallest; the others differ
+#: only in sizes, which the quick tier builds for every config.
+RECIPE_RUNS = [
+    'configs/msf/mask-rcnn_msf-swin-t_fpn_1x_coco.py',
+    'configs/msf/mask-rcnn_swin-t-softmax_fpn_1x_coco.py',
+    'configs/msf/msf-swin-t_4xb256-300e_in1k.py',
+    'configs/msf/msf-vit-s_4xb256-300e_in1k.py',
+    'configs/msf/setr_msf-vit-s-g2_mla_8xb2-160k_ade20k-512x512.py',
+    'configs/msf/setr_msf-vit-s_mla_8xb2-160k_ade20k-512x512.py',
+    'configs/msf/setr_vit-s-softmax_mla_8xb2-160k_ade20k-512x512.py',
+    'configs/msf/upernet_msf-swin-t-g2_8xb2-160k_ade20k-512x512.py',
+    'configs/msf/upernet_msf-swin-t_8xb2-160k_ade20k-512x512.py',
+    'configs/msf/upernet_swin-t-softmax_8xb2-160k_ade20k-512x512.py',
+]
+#: The classification variants the slow tier trains a step of, likewise.
+CLS_VARIANT_RUNS = [
+    'configs/msf/msf-swin-s_4xb256-300e_in1k.py',
+    'configs/msf/msf-swin-t-g2_4xb256-300e_in1k.py',
+    'configs/msf/msf-vit-ti-g2_4xb256-300e_in1k.py',
+    'configs/msf/msf-vit-ti_4xb256-300e_in1k.py',
+    'configs/msf/swin-t-softmax_4xb256-300e_in1k.py',
+    'configs/msf/vit-ti-softmax_4xb256-300e_in1k.py',
+]
 
 # Model, optimizer and schedule are the recipe's; the demo run skips the
 # checkpoint file (up to 1 GB with AdamW state) and the end-of-training
@@ -145,7 +170,7 @@ def test_mask_rcnn_multiscale_crop_pipeline_runs(demo_data):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('config', DOWNSTREAM + CLS_RECIPES)
+@pytest.mark.parametrize('config', RECIPE_RUNS)
 def test_recipe_trains_and_tests_on_demo_data(run_recipe, config):
     # make_demo_config gives the Swin classifier (7x7 windows, no small-map
     # padding) 224-pixel images itself. fp16 recipes (AmpOptimWrapper) run
@@ -166,9 +191,9 @@ def test_recipe_trains_and_tests_on_demo_data(run_recipe, config):
     assert attn.qkv.groups == (2 if '-g2' in config else 1)
 
 
-@pytest.mark.slow  # 16 full-size classifiers, each a training step
+@pytest.mark.slow  # full-size classifiers, each a training step
 def test_classification_variants_build_and_train():
-    check_each(CLS_SIZES, _classification_variant_builds_and_trains)
+    check_each(CLS_VARIANT_RUNS, _classification_variant_builds_and_trains)
 
 
 def _classification_variant_builds_and_trains(config):
@@ -208,3 +233,8 @@ def test_short_run_lowers_msf_segmentor_loss(run_recipe):
     history = runner.message_hub.get_scalar('train/loss').data[0]
     assert len(history) == iters
     assert np.mean(history[-4:]) < 0.8 * np.mean(history[:4])
+
+
+def test_recipe_runs_cover_every_recipe_shape():
+    assert one_per_recipe_shape(DOWNSTREAM + CLS_RECIPES) == RECIPE_RUNS
+    assert one_per_recipe_shape(CLS_SIZES) == CLS_VARIANT_RUNS
