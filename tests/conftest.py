@@ -80,8 +80,11 @@ def demo_data(tmp_path_factory):
 def run_recipe(demo_data, tmp_path):
     """Train a config for a few iterations on demo data, then test it.
 
-    Returns ``(runner, train_losses, test_metrics)``; asserts every logged
-    training loss is finite.
+    A smoke run trains one iteration on one image (the recipe's code paths,
+    at the least compute; two for a segmentor, whose pyramid pooling
+    normalises 1x1 maps over the batch); a run whose loss must fall asks
+    for more of both. Returns ``(runner, train_losses, test_metrics)``; asserts every
+    logged training loss is finite.
     """
     from mmengine.config import Config
     from mmengine.runner import Runner
@@ -89,14 +92,16 @@ def run_recipe(demo_data, tmp_path):
     import vitattn_mm  # noqa: F401
     from config_cases import fresh_config
     from vitattn_tools.demo_config import make_demo_config
-    from vitattn_tools.runtime import adapt_to_device
+    from vitattn_tools.runtime import adapt_to_device, task_of
 
-    def run(config, max_iters=1, batch_size=2, num_val=2, **overrides):
+    def run(config, max_iters=1, batch_size=None, num_val=2, **overrides):
         # A path is read once per session (config_cases), then copied.
         cfg = fresh_config(config) if isinstance(config, str) else config
         # As tools/train.py: an fp16 recipe (AmpOptimWrapper) runs with bf16
         # autocast where there is no CUDA.
         adapt_to_device(cfg)
+        if batch_size is None:
+            batch_size = 2 if task_of(cfg) == 'segmentation' else 1
         cfg = make_demo_config(cfg, data_root=demo_data, max_iters=max_iters,
                                batch_size=batch_size, num_val=num_val)
         cfg.merge_from_dict(overrides)

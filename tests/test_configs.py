@@ -10,7 +10,8 @@ from mmengine.registry import DATASETS, MODELS, init_default_scope
 
 import vitattn_mm  # noqa: F401
 from config_cases import ALL_CONFIGS as CONFIGS
-from config_cases import cached_config, check_each, family, fresh_config
+from config_cases import (cached_config, check_each, family, fresh_config,
+                          one_per_recipe_shape)
 from vitattn_tools.demo_config import make_demo_config
 from vitattn_tools.meta import on_meta_device
 from vitattn_tools.runtime import task_of
@@ -72,9 +73,11 @@ def _demo_image_goes_through_the_model(path, demo_data):
 @pytest.mark.slow
 def test_demo_image_goes_through_every_model(demo_data):
     """`--demo` for every recipe: an image as the demo config's pipeline
-    makes it goes through the model's backbone and neck."""
+    makes it goes through the model's backbone and neck. One config per
+    recipe shape: the others differ in sizes only, and the quick tier
+    checks for every config that the demo image is large enough."""
     check_each(
-        CONFIGS,
+        one_per_recipe_shape(CONFIGS),
         partial(_demo_image_goes_through_the_model, demo_data=demo_data))
 
 
@@ -109,16 +112,21 @@ def _own_train_pipeline_runs_on_demo_data(path, demo_data):
 
 @pytest.mark.slow
 def test_own_train_pipelines_run_on_demo_data(demo_data):
-    """Every detection and segmentation config's own training pipeline on
-    demo images. Not classification (ImageNet pipelines need its meta
+    """Every detection and segmentation config's own training pipeline
+    (each distinct one once) on demo images. Not classification (ImageNet pipelines need its meta
     files; the recipe tests run those configs on the demo set instead) nor
     the demo configs (already on demo data, run by test_tools)."""
     configs = [
         path for path in CONFIGS if '/demo/' not in path
         and task_of(cached_config(path)) != 'classification'
     ]
+    # One config per distinct dataset and pipeline.
+    pipelines = {}
+    for path in configs:
+        dataset = cached_config(path).train_dataloader.dataset
+        pipelines.setdefault(repr(dataset.to_dict()), path)
     check_each(
-        configs,
+        sorted(pipelines.values()),
         partial(_own_train_pipeline_runs_on_demo_data, demo_data=demo_data))
 
 

@@ -108,6 +108,7 @@ def test_short_run_lowers_flatten_detector_loss(run_recipe):
     runner, _, _ = run_recipe(
         'configs/flatten/mask-rcnn_flatten-pvt-t_fpn_1x_coco.py',
         max_iters=12,
+        batch_size=2,
         num_val=1,
         model=dict(
             backbone=dict(

@@ -40,20 +40,28 @@ def _finite(value):
     return value not in ('', None) and math.isfinite(float(value))
 
 
-@pytest.fixture(scope='module')
-def smoke_run(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp('gpu_smoke'))
-    start = time.perf_counter()
+def _smoke_run(out):
     proc = subprocess.run(
         [sys.executable, SCRIPT, '--device', 'cpu', '--smoke', '--out', out],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc.stdout, time.perf_counter() - start
+    return proc.stdout
 
 
 @pytest.mark.slow
-def test_smoke_run_writes_every_table(smoke_run):
-    out, stdout, _ = smoke_run
+def test_smoke_run(tmp_path):
+    """One smoke run (a subprocess, as on the GPU machine), every table
+    checked: one item, so the run is not repeated on each test worker."""
+    out = str(tmp_path)
+    stdout = _smoke_run(out)
+    _check_every_table(out, stdout)
+    _check_train_rows(out)
+    _check_numerics_rows(out)
+    _check_core_rows(out)
+    _check_compile_rows(out)
+
+
+def _check_every_table(out, stdout):
     for name in ('env.json', 'train.csv', 'numerics.csv', 'core.csv',
                  'compile.csv', 'summary.md'):
         assert osp.isfile(osp.join(out, name)), name
@@ -68,9 +76,7 @@ def test_smoke_run_writes_every_table(smoke_run):
     assert set(env['section_s']) == set(suite.SECTIONS)
 
 
-@pytest.mark.slow
-def test_smoke_train_rows(smoke_run):
-    out = smoke_run[0]
+def _check_train_rows(out):
     rows = _rows(out, 'train')
     settings = suite.Settings.smoke()
     expected = {(s.label, f'{h}x{w}', p) for s in suite.MODEL_SPECS
@@ -86,9 +92,8 @@ def test_smoke_train_rows(smoke_run):
             assert _finite(r['speed_ratio']), r
 
 
-@pytest.mark.slow
-def test_smoke_numerics_rows(smoke_run):
-    rows = _rows(smoke_run[0], 'numerics')
+def _check_numerics_rows(out):
+    rows = _rows(out, 'numerics')
     expected = {(s.label, p) for s in suite.MODEL_SPECS
                 for p in ('fp16', 'bf16')}
     assert sorted((r['model'], r['precision']) for r in rows) == \
@@ -103,9 +108,8 @@ def test_smoke_numerics_rows(smoke_run):
             assert _finite(r['final_scale'])
 
 
-@pytest.mark.slow
-def test_smoke_core_rows(smoke_run):
-    rows = _rows(smoke_run[0], 'core')
+def _check_core_rows(out):
+    rows = _rows(out, 'core')
     grids = [f'{h}x{w}' for h, w in suite.Settings.smoke().core_grids]
     modules = [r for r in rows if r['family'] != 'reference']
     assert sorted((r['attention'], r['family'], r['grid'], r['precision'])
@@ -124,9 +128,8 @@ def test_smoke_core_rows(smoke_run):
             assert _finite(r['sdpa_ms']) and _finite(r['time_ratio']), r
 
 
-@pytest.mark.slow
-def test_smoke_compile_rows(smoke_run):
-    rows = _rows(smoke_run[0], 'compile')
+def _check_compile_rows(out):
+    rows = _rows(out, 'compile')
     assert sorted(r['model'] for r in rows) == sorted(suite.SPECS)
     compiled = suite.Settings.smoke().compile_models
     for r in rows:

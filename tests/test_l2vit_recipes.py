@@ -204,6 +204,7 @@ def test_short_run_lowers_retinanet_loss(run_recipe):
     runner, _, _ = run_recipe(
         fresh_config('configs/l2vit/retinanet_l2vit-t_fpn_ms-crop-1x_coco.py'),
         max_iters=iters,
+        batch_size=2,
         num_val=1,
         model=dict(
             backbone=dict(

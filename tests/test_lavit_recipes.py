@@ -154,7 +154,7 @@ def test_short_detector_run_lowers_detection_loss(run_recipe):
     iters = 12
     runner, _, _ = run_recipe(
         'configs/lavit/retinanet_lavit-t_fpn_1x_coco.py',
-        max_iters=iters, num_val=1, param_scheduler=[])
+        max_iters=iters, batch_size=2, num_val=1, param_scheduler=[])
     detection = (_history(runner, 'loss_cls') +
                  _history(runner, 'loss_bbox'))
     loss_dp = _history(runner, 'loss_dp')

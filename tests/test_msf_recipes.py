@@ -222,6 +222,7 @@ def test_short_run_lowers_msf_segmentor_loss(run_recipe):
     runner, _, _ = run_recipe(
         'configs/msf/setr_msf-vit-s_mla_8xb2-160k_ade20k-512x512.py',
         max_iters=iters,
+        batch_size=2,
         model=dict(
             backbone=dict(
                 arch=dict(
