@@ -14,7 +14,10 @@ def pytest_configure(config):
     # under pytest-xdist each worker takes its share of the cores (threads
     # beyond the cores make torch's pools spin against each other).
     workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1))
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // workers))
+    threads = max(1, min(2, os.cpu_count() or 1) // workers)
+    torch.set_num_threads(threads)
+    # The tools the tests launch (tools/train.py, torchrun, ...) too.
+    os.environ['OMP_NUM_THREADS'] = str(threads)
     os.chdir(REPO_ROOT)
     _memoize_stock_config_index()
 
