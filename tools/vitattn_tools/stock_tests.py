@@ -45,15 +45,16 @@ NOT_APPLICABLE: Dict[Tuple[str, str, str], str] = {}
 #: each reason).
 PAPER_SIZE = ("mmseg's ViT defaults to ViT-B (768 wide), the family to its "
               "paper's size (line 66 expects 768 channels)")
-NO_CLS_TOKEN = ('its attention works on the token grid and takes no class '
-                'token (line 117: with_cls_token=True)')
+NO_CLS_TOKEN = ("; at arch='b' only line 117 fails: it asks for a class "
+                'token (with_cls_token=True), which an attention working on '
+                'the token grid cannot take')
 KNOWN_FAILURES = {
     ('test_vit.py', 'test_vit_backbone', 'MSFViT'):
     PAPER_SIZE + "; at arch='b' it passes",
     ('test_vit.py', 'test_vit_backbone', 'FLattenDeiT'):
-    PAPER_SIZE + "; at arch='b' only " + NO_CLS_TOKEN + ' fails',
+    PAPER_SIZE + NO_CLS_TOKEN,
     ('test_vit.py', 'test_vit_backbone', 'LessAttnViT'):
-    PAPER_SIZE + "; at arch='b' only " + NO_CLS_TOKEN + ' fails',
+    PAPER_SIZE + NO_CLS_TOKEN,
 }
 
 
@@ -115,7 +116,7 @@ def _failure(error: BaseException, path: str) -> str:
               if osp.samefile(f.filename, path)] if osp.exists(path) else []
     where = f'line {frames[-1].lineno}: {frames[-1].line}; ' if frames else ''
     message = str(error).strip().splitlines()
-    text = f'{type(error).__name__}: {message[0] if message else ""}'
+    text = type(error).__name__ + (f': {message[0]}' if message else '')
     return where + text[:160]
 
 
@@ -170,7 +171,7 @@ def render(results: Dict[Tuple[str, str], List[Outcome]]) -> str:
                      f'{counts["failed"]} | {counts["n/a"]} |')
         notes += [f'* `{filename}::{o.function}` with `{name}`: '
                   f'{o.status}, {o.detail}' + (
-                      f'. Why: {KNOWN_FAILURES[filename, o.function, name]}'
+                      f'. Why: {KNOWN_FAILURES[filename, o.function, name]}.'
                       if (filename, o.function, name) in KNOWN_FAILURES
                       else '') for o in outcomes if o.status != 'passed']
     return '\n'.join(lines + [''] + notes) + '\n'
