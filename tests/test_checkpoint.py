@@ -15,6 +15,7 @@ from mmengine.logging import HistoryBuffer
 from mmengine.model import BaseModel
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import CheckpointLoader
+from tiny_backbones import build_tiny
 
 import vitattn_mm  # noqa: F401  (allows mmengine's data types)
 from vitattn_mm.models.backbones.base_backbone import StagedBackbone
@@ -182,6 +183,25 @@ def test_pretrained_official_file_loads_everything(tmp_path):
     assert model.pos_embed.weight.shape == (1, 16, 4)
 
 
+def test_a_layout_2_vit_file_loads():
+    """0.4's first layout (2) kept a ViT's table as ``pos_embed.weight``;
+    layout 3 has the stock tensor ``pos_embed``: such a file loads
+    strictly and computes the same."""
+    torch.manual_seed(0)
+    source = build_tiny('AttnViT')
+    state = source.state_dict()
+    old = type(state)((('pos_embed.weight' if k == 'pos_embed' else k), v)
+                      for k, v in state.items())
+    old._metadata = state._metadata
+    old._metadata[''] = dict(old._metadata[''], version=2)
+    target = build_tiny('AttnViT', init_cfg=None)
+    torch.nn.init.zeros_(target.pos_embed)
+    target.load_state_dict(old, strict=True)
+    x = torch.randn(1, 3, 48, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(target(x), source(x), rtol=0, atol=0)
+
+
 def test_convert_weights_false_loads_no_official_layout(tmp_path):
     """mmdet's switch, honoured: without it an official file is not
     converted, so it fills nothing and is refused; our own layout loads."""
@@ -284,7 +304,7 @@ TABLES = {
         drop_path_rate=0.), 'absolute_pos_embed', 4, 0),
     'vit': (lambda size: mmpretrain.AttnViT(
         arch=dict(embed_dims=16, num_layers=1, num_heads=1), img_size=size,
-        patch_size=16), 'pos_embed.weight', 16, 1),
+        patch_size=16), 'pos_embed', 16, 1),
 }
 
 

@@ -309,17 +309,17 @@ def test_sincos_embedding_follows_the_running_grid():
 def test_learned_position_embedding_is_resized(tmp_path):
     torch.manual_seed(0)
     model = MSFViT(TINY_VIT, pos_embed='learned', pretrain_img_size=64)
-    assert model.pos_embed.weight.shape == (1, 16, 32)
+    assert model.pos_embed.shape == (1, 16, 32)
     assert model(torch.randn(1, 3, 96, 160))[0].shape == (1, 32, 6, 10)
     # A checkpoint learned on another grid (8x8) is resized on load.
     path = tmp_path / 'learned.pth'
-    torch.save({'pos_embed.weight': torch.randn(1, 64, 32)}, path)
+    torch.save({'pos_embed': torch.randn(1, 64, 32)}, path)
     # A file of the embedding alone: a deliberate partial load.
     loaded = MSFViT(TINY_VIT, pos_embed='learned', pretrain_img_size=64,
                     init_cfg=dict(type='Pretrained', checkpoint=str(path),
                                   min_loaded_ratio=0))
     loaded.init_weights()
-    assert loaded.load_report.loaded == ['pos_embed.weight']
+    assert loaded.load_report.loaded == ['pos_embed']
 
 
 # ----------------------------------------------- official checkpoint (ViT)

@@ -65,9 +65,11 @@ class CheckpointLoading:
     #: What the last ``Pretrained`` load did (set by :meth:`init_weights`).
     load_report: Optional[LoadReport] = None
     #: Layout version of the state dict. 2: vitattn_mm 0.4 (one stem
-    #: ``patch_embed``). Files of older versions, of the stock classes and
-    #: official releases are adapted when loaded (:meth:`adapt_state_dict`).
-    _version = 2
+    #: ``patch_embed``); 3: a ViT's learned position table is the tensor
+    #: ``pos_embed``, as in the stock ViTs. Files of older versions, of the
+    #: stock classes and official releases are adapted when loaded
+    #: (:meth:`adapt_state_dict`).
+    _version = 3
 
     def convert_official(self, state_dict: StateDict) -> StateDict:
         """An official release's tensors under this backbone's names;

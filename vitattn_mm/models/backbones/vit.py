@@ -25,8 +25,7 @@ from ..layers.common import (InvalidArgument, check_type, nlc_to_nchw,
                              to_2tuple_int)
 from ..layers.padding import CornerPatchEmbed, grid_after_stride
 from ..layers.patch_embed import PixelNormPatchEmbed
-from ..layers.pos_embed import (ResizablePosEmbed, resize_pos_embed,
-                                sincos_pos_embed_2d)
+from ..layers.pos_embed import resize_pos_embed, sincos_pos_embed_2d
 from ..layers.stage import Stage, init_linear_and_norm
 from ..loading import StateDict
 from .base_backbone import StagedBackbone
@@ -59,8 +58,9 @@ class AttnViT(StagedBackbone):
     :mod:`~vitattn_mm.models.backbones.packages`; mmpretrain's in
     mmpretrain's and mmdet's class and in plain Python): ``final_norm``
     (False / True), ``out_type`` ('featmap' / 'cls_token'), ``norm_cfg``
-    (LN eps 1e-5 / 1e-6) and ``patch_bias`` (False / True). ``frozen_stages=k`` freezes the stem and
-    the first k blocks as mmpretrain does (0 freezes nothing).
+    (LN eps 1e-5 / 1e-6) and ``patch_bias`` (False / True).
+    ``frozen_stages=k`` freezes the stem and the first k blocks as
+    mmpretrain does (0 freezes nothing).
 
     Added: any attention per block (``attn_cfgs``), Simple ViT's layout
     (``patch_embed='pixel_norm'``, ``pos_embed='sincos'``), and a norm on
@@ -226,21 +226,17 @@ class AttnViT(StagedBackbone):
                              "out_type='cls_token'")
         if output_cls_token and not with_cls_token:
             raise InvalidArgument('output_cls_token=True needs with_cls_token')
-        for name, value, supported in (
-                ('layer_cfgs', layer_cfgs, not layer_cfgs),
-                ('layer_scale_init_value', layer_scale_init_value,
-                 not layer_scale_init_value), ('num_fcs', num_fcs,
-                                               num_fcs == 2),
-                ('out_origin', out_origin, not out_origin)):
-            if not supported:
+        for name, value, default in (
+                ('layer_cfgs', layer_cfgs or None, None),
+                ('layer_scale_init_value', layer_scale_init_value, 0),
+                ('num_fcs', num_fcs, 2), ('out_origin', out_origin, False)):
+            if value != default:
                 raise ValueError(f'{name}={value!r} is not supported')
         if pretrain_img_size is not None:
             img_size = pretrain_img_size
         self.embed_dims = embed_dims = arch['embed_dims']
-        self.num_layers = depth
-        self.num_features = [embed_dims] * depth
-        self.out_type = out_type
-        self.final_norm = final_norm
+        self.num_layers, self.num_features = depth, [embed_dims] * depth
+        self.out_type, self.final_norm = out_type, final_norm
         self.with_cls_token = with_cls_token
         self.output_cls_token = output_cls_token
         self.num_extra_tokens = int(with_cls_token)
@@ -249,11 +245,9 @@ class AttnViT(StagedBackbone):
         if mlp_ratio is None:
             mlp_ratio = arch.get('feedforward_channels',
                                  4 * embed_dims) / embed_dims
-        # mmpretrain's record of the arch.
-        self.arch_settings = dict(
-            embed_dims=embed_dims, num_layers=depth,
-            num_heads=arch['num_heads'],
-            feedforward_channels=int(embed_dims * mlp_ratio))
+        self.arch_settings = dict(  # mmpretrain's record of the arch
+            embed_dims=embed_dims, num_layers=depth, num_heads=arch[
+                'num_heads'], feedforward_channels=int(embed_dims * mlp_ratio))
 
         if patch_embed == 'conv':
             self.patch_embed = CornerPatchEmbed(**dict(
@@ -273,11 +267,13 @@ class AttnViT(StagedBackbone):
             to_2tuple_int(img_size, 'img_size'), patch_size)
         if with_cls_token:
             self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims))
+        self.interpolate_mode = interpolate_mode
         self.pos_embed = None
-        if pos_embed == 'learned':
-            self.pos_embed = ResizablePosEmbed(
-                embed_dims, self.patch_resolution, mode=interpolate_mode,
-                num_extra_tokens=self.num_extra_tokens)
+        if pos_embed == 'learned':  # a tensor, as the stock ViTs'
+            self.pos_embed = nn.Parameter(torch.zeros(
+                1, self.num_extra_tokens + math.prod(self.patch_resolution),
+                embed_dims))
+            trunc_normal_(self.pos_embed, std=.02)
         self.drop_after_pos = nn.Dropout(drop_rate)
         self.pre_norm = build_norm_layer(norm_cfg, embed_dims)[1] \
             if pre_norm else None
@@ -367,7 +363,9 @@ class AttnViT(StagedBackbone):
         if self.with_cls_token:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1)
         if self.pos_embed is not None:
-            x = x + self.pos_embed(hw_shape).to(x.dtype)
+            x = x + resize_pos_embed(
+                self.pos_embed, self.patch_resolution, hw_shape,
+                self.interpolate_mode, self.num_extra_tokens).to(x.dtype)
         x = self.drop_after_pos(x)
         if self.pre_norm is not None:
             x = self.pre_norm(x)
@@ -393,17 +391,25 @@ class AttnViT(StagedBackbone):
         return [out, x[:, 0]] if self.output_cls_token else out
 
     def stem_modules(self):
-        return [m for m in (self.patch_embed, self.pos_embed, self.pre_norm)
-                if m is not None]
+        return [m for m in (self.patch_embed, self.pre_norm) if m is not None]
 
     def stem_parameters(self):
-        return [self.cls_token] if self.with_cls_token else []
+        return [p for p in (getattr(self, 'cls_token', None), self.pos_embed)
+                if p is not None]
 
     def final_modules(self):
         return [getattr(self, name) for name in ('ln1', 'ln2')
                 if hasattr(self, name)]
 
     # ----------------------------------------------------------- weights
+    def position_tables(self):
+        tables = super().position_tables()
+        if self.pos_embed is not None:
+            tables['pos_embed'] = (self.patch_resolution,
+                                   self.interpolate_mode,
+                                   self.num_extra_tokens)
+        return tables
+
     def convert_official(self, state_dict: StateDict) -> StateDict:
         """See :func:`convert_simple_vit`."""
         return convert_simple_vit(state_dict)
@@ -414,9 +420,9 @@ class AttnViT(StagedBackbone):
         ``layers.{i}`` (both) -> ``stages.{i}.blocks.0`` with ``ln1`` /
         ``ln2`` -> ``norm1`` / ``norm2``, mmseg's fused attention
         (``attn.attn.in_proj_*``, ``attn.attn.out_proj``) -> ``attn.qkv``,
-        ``attn.proj``; ``pos_embed`` -> ``pos_embed.weight`` (a class-token
-        row dropped without a class token), mmseg's ``ln_pre`` ->
-        ``pre_norm``.
+        ``attn.proj``; ``pos_embed`` (a class-token row dropped without a
+        class token), mmseg's ``ln_pre`` -> ``pre_norm``. 0.4's layout 2:
+        ``pos_embed.weight`` -> ``pos_embed``.
         """
         migrated = OrderedDict()
         for key, value in state_dict.items():
@@ -426,18 +432,18 @@ class AttnViT(StagedBackbone):
             key = re.sub(r'\.attn\.attn\.in_proj_', '.attn.qkv.', key)
             key = re.sub(r'\.attn\.attn\.out_proj\.', '.attn.proj.', key)
             key = re.sub(r'^ln_pre\.', 'pre_norm.', key)
-            if key == 'pos_embed':
-                key = 'pos_embed.weight'
+            if key == 'pos_embed.weight':
+                key = 'pos_embed'
             migrated[key] = value
         if not self.with_cls_token:
             # Stock files hold a class token (and its position) even where
             # it is not used (mmseg's with_cls_token=False).
             migrated.pop('cls_token', None)
-            pos = migrated.get('pos_embed.weight')
+            pos = migrated.get('pos_embed')
             if pos is not None and pos.dim() == 3:
                 n = pos.shape[1]
                 if math.isqrt(n - 1)**2 == n - 1 and math.isqrt(n)**2 != n:
-                    migrated['pos_embed.weight'] = pos[:, 1:]
+                    migrated['pos_embed'] = pos[:, 1:]
         return migrated
 
 
@@ -461,31 +467,23 @@ def convert_simple_vit(state_dict: StateDict) -> StateDict:
     ]
     if not layer_ids:
         return state_dict
+    block = {r'0\.norm': 'norm1', r'0\.to_qkvp?': 'attn.qkv',
+             r'0\.to_out': 'attn.proj', r'1\.net\.0': 'norm2',
+             r'1\.net\.1': 'ffn.layers.0.0', r'1\.net\.3': 'ffn.layers.1'}
     renames = [
         (r'to_patch_embedding\.1\.', 'patch_embed.pixel_norm.'),
         (r'to_patch_embedding\.2\.', 'patch_embed.projection.'),
         (r'to_patch_embedding\.3\.', 'patch_embed.norm.'),
-        (r'transformer\.layers\.(\d+)\.0\.norm\.',
-         r'stages.\1.blocks.0.norm1.'),
-        (r'transformer\.layers\.(\d+)\.0\.to_qkvp?\.',
-         r'stages.\1.blocks.0.attn.qkv.'),
-        (r'transformer\.layers\.(\d+)\.0\.to_out\.',
-         r'stages.\1.blocks.0.attn.proj.'),
-        (r'transformer\.layers\.(\d+)\.1\.net\.0\.',
-         r'stages.\1.blocks.0.norm2.'),
-        (r'transformer\.layers\.(\d+)\.1\.net\.1\.',
-         r'stages.\1.blocks.0.ffn.layers.0.0.'),
-        (r'transformer\.layers\.(\d+)\.1\.net\.3\.',
-         r'stages.\1.blocks.0.ffn.layers.1.'),
+        *((rf'transformer\.layers\.(\d+)\.{old}\.',
+           rf'stages.\1.blocks.0.{new}.') for old, new in block.items()),
         (r'linear_head\.0\.', f'norm{max(layer_ids)}.'),
         (r'linear_head\.1\.', 'head.fc.'),
     ]
     converted = OrderedDict()
     for key, value in state_dict.items():
         for pattern, replacement in renames:
-            new_key, found = re.subn('^' + pattern, replacement, key)
+            key, found = re.subn('^' + pattern, replacement, key)
             if found:
-                key = new_key
                 break
         converted[key] = value
     return converted
