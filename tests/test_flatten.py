@@ -218,7 +218,8 @@ def test_flatten_deit_tiny_is_the_papers_model():
     model = FLattenDeiT('tiny')
     blocks = [stage.blocks[0] for stage in model.stages]
     assert len(blocks) == 12 and model.embed_dims == 192
-    assert model.pos_embed.grid_hw == (14, 14)
+    assert model.patch_resolution == (14, 14)
+    assert model.pos_embed.shape == (1, 14 * 14, 192)
     for block in blocks:
         attn = block.attn
         assert isinstance(attn, FocusedLinearAttention)
