@@ -8,6 +8,7 @@ config.
 """
 import copy
 import glob
+import re
 import traceback
 from typing import Callable, Iterable, List
 
@@ -111,7 +112,6 @@ def recipe_shape(path: str) -> tuple:
 
 
 def _size_rank(path: str) -> tuple:
-    import re
     found = re.search(r'-(' + '|'.join(SIZES) + r')(?=[-_])',
                       path.rsplit('/', 1)[-1])
     return (SIZES.index(found[1]) if found else len(SIZES), path)

@@ -86,8 +86,8 @@ def run_recipe(demo_data, tmp_path):
     A smoke run trains one iteration on one image (the recipe's code paths,
     at the least compute; two for a segmentor, whose pyramid pooling
     normalises 1x1 maps over the batch); a run whose loss must fall asks
-    for more of both. Returns ``(runner, train_losses, test_metrics)``; asserts every
-    logged training loss is finite.
+    for more of both. Returns ``(runner, train_losses, test_metrics)``;
+    asserts every logged training loss is finite.
     """
     from mmengine.config import Config
     from mmengine.runner import Runner

@@ -113,9 +113,10 @@ def _own_train_pipeline_runs_on_demo_data(path, demo_data):
 @pytest.mark.slow
 def test_own_train_pipelines_run_on_demo_data(demo_data):
     """Every detection and segmentation config's own training pipeline
-    (each distinct one once) on demo images. Not classification (ImageNet pipelines need its meta
-    files; the recipe tests run those configs on the demo set instead) nor
-    the demo configs (already on demo data, run by test_tools)."""
+    (each distinct one once) on demo images. Not classification (ImageNet
+    pipelines need its meta files; the recipe tests run those configs on
+    the demo set instead) nor the demo configs (already on demo data, run
+    by test_tools)."""
     configs = [
         path for path in CONFIGS if '/demo/' not in path
         and task_of(cached_config(path)) != 'classification'

@@ -77,8 +77,7 @@ def classes_for(stock_name: str) -> List[type]:
     ``stock_name``: the skeleton and each family built on it."""
     from mmseg.registry import MODELS
 
-    import vitattn_mm  # noqa: F401  (registers the backbones)
-    from vitattn_mm.models import backbones
+    from vitattn_mm.models import backbones  # registers them
     skeleton = getattr(backbones, SKELETON_OF[stock_name])
     names = sorted(
         n for n in dir(backbones) if n[0].isupper()

@@ -97,6 +97,11 @@ class AttentionState:
         return self
 
 
+#: What a linear attention cannot honour.
+NO_ATTENTION_WEIGHTS = dict(
+    attn_drop='a linear attention forms no attention weights to drop')
+
+
 class TokenAttention(BaseModule):
     """Base class of every registered attention (see the module docstring).
 
@@ -114,7 +119,8 @@ class TokenAttention(BaseModule):
     takes_mask: bool = False
     grid_free: bool = False
     #: Why it takes no argument a skeleton may hand on (a stock keyword
-    #: such as ``attn_drop``): ``{argument: reason}``, said in the error.
+    #: such as ``attn_drop``): ``{argument: reason}``, said in the error
+    #: (e.g. :data:`NO_ATTENTION_WEIGHTS`).
     unsupported: Dict[str, str] = {}
 
     @classmethod
@@ -177,18 +183,33 @@ def attention_class(name: Union[str, type]) -> type:
     return cls
 
 
-def accepts(cls: type, argument: str) -> bool:
-    """Whether ``cls``'s constructor takes ``argument`` by name; one that
-    hands its ``**kwargs`` to its base class's takes what that takes."""
+def constructor_parameter(cls: type,
+                          argument: str) -> Optional[inspect.Parameter]:
+    """``argument`` of ``cls``'s constructor (None if it takes none); one
+    that hands its ``**kwargs`` to its base class's takes what that
+    takes."""
     for klass in cls.__mro__:
         if '__init__' not in klass.__dict__:
             continue
         parameters = inspect.signature(klass.__init__).parameters
         if argument in parameters:
-            return True
+            return parameters[argument]
         if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-            return False
-    return False
+            return None
+    return None
+
+
+def accepts(cls: type, argument: str) -> bool:
+    """Whether ``cls``'s constructor takes ``argument`` by name."""
+    return constructor_parameter(cls, argument) is not None
+
+
+def argument_value(cls: type, cfg: Optional[dict], name: str):
+    """The value ``name`` takes in an instance of ``cls`` built from
+    ``cfg``: ``cfg``'s, else the constructor's default."""
+    if cfg and name in cfg:
+        return cfg[name]
+    return constructor_parameter(cls, name).default
 
 
 def build_attention(cfg: dict,

@@ -14,7 +14,8 @@ from mmcv.cnn import build_norm_layer
 from ...registry import ATTENTIONS
 from ..layers.common import nchw_to_nlc, nlc_to_nchw
 from ..layers.pos_embed import ResizablePosEmbed
-from .base import AttentionOutput, Grid, QueryAttention, TokenAttention
+from .base import (NO_ATTENTION_WEIGHTS, AttentionOutput, Grid,
+                   QueryAttention, TokenAttention)
 from .functional import check_heads, split_heads
 
 
@@ -70,8 +71,7 @@ class FocusedLinearAttention(TokenAttention):
             Default: ``dict(type='LN')``.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
-    unsupported = dict(attn_drop='a linear attention forms no attention '
-                       'weights to drop')
+    unsupported = NO_ATTENTION_WEIGHTS
 
     def __init__(self,
                  embed_dims: int,

@@ -16,7 +16,8 @@ from mmengine.model import BaseModule
 
 from ...registry import ATTENTIONS
 from ..layers.common import nchw_to_nlc, nlc_to_nchw
-from .base import AttentionOutput, Grid, QueryAttention, TokenAttention
+from .base import (NO_ATTENTION_WEIGHTS, AttentionOutput, Grid,
+                   QueryAttention, TokenAttention)
 from .functional import check_heads
 
 
@@ -48,8 +49,7 @@ class LinearGlobalAttention(TokenAttention):
             Default: 100.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
-    unsupported = dict(attn_drop='a linear attention forms no attention '
-                       'weights to drop')
+    unsupported = NO_ATTENTION_WEIGHTS
 
     def __init__(self,
                  embed_dims: int,

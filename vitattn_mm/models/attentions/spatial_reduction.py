@@ -1,5 +1,4 @@
 """PVT's spatial-reduction attention, and what PVT-style attentions share."""
-import inspect
 from typing import Optional, Tuple, Union
 
 import torch
@@ -9,7 +8,8 @@ from mmcv.cnn import build_norm_layer
 from ...registry import ATTENTIONS
 from ..layers.common import nchw_to_nlc, nlc_to_nchw
 from ..layers.padding import pad_corner
-from .base import AttentionOutput, Grid, QueryAttention, TokenAttention
+from .base import (AttentionOutput, Grid, QueryAttention, TokenAttention,
+                   argument_value)
 from .functional import (check_heads, merge_heads, softmax_attention,
                          softmax_query, split_heads)
 
@@ -68,11 +68,9 @@ class SpatialReduction(TokenAttention):
 
     @classmethod
     def min_grid(cls, cfg: Optional[dict] = None) -> int:
-        cfg = cfg or {}
-        sr_padding = inspect.signature(cls).parameters.get('sr_padding')
-        padding = cfg.get('sr_padding', 0 if sr_padding is None else
-                          sr_padding.default)
-        return 1 if padding == 'corner' else cfg.get('sr_ratio', 1)
+        if argument_value(cls, cfg, 'sr_padding') == 'corner':
+            return 1
+        return argument_value(cls, cfg, 'sr_ratio')
 
     def reduce(self, x: torch.Tensor, hw_shape: Grid):
         """The tokens keys / values come from, and their grid."""

@@ -9,7 +9,8 @@ from ..layers.windows import (crop_tokens, pad_to_multiple,
                               shifted_window_mask, window_partition,
                               window_reverse)
 from .base import (AttentionOutput, AttentionState, Grid, QueryAttention,
-                   TokenAttention, attention_class, build_attention)
+                   TokenAttention, argument_value, attention_class,
+                   build_attention)
 
 
 @ATTENTIONS.register_module(name='ShiftWindowMSA')
@@ -90,6 +91,13 @@ class WindowedAttention(TokenAttention):
             return super().supports(capability, cfg)
         inner = attention_class((cfg or {}).get('window_msa', 'WindowMSA'))
         return inner.supports(capability, cfg)
+
+    @classmethod
+    def min_grid(cls, cfg: Optional[dict] = None) -> int:
+        """A whole window, unless small maps are padded to one."""
+        if argument_value(cls, cfg, 'pad_small_map'):
+            return 1
+        return min(to_2tuple_int(argument_value(cls, cfg, 'window_size')))
 
     @staticmethod
     def can_wrap(attention: type, shifted: bool) -> bool:

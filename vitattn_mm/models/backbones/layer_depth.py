@@ -1,6 +1,7 @@
 """Layer-wise learning-rate decay: each parameter's depth, as mmpretrain's
 ``LearningRateDecayOptimWrapperConstructor`` asks the backbone for it."""
 import re
+from itertools import chain
 from typing import Tuple
 
 
@@ -51,8 +52,10 @@ class LayerDepth:
         return num_layers - 1, num_layers
 
     def _stem_names(self) -> set:
-        """First components of the names of the stem's parameters."""
-        stem = {id(p) for m in self.stem_modules() for p in m.parameters()}
-        stem |= {id(p) for p in self.stem_parameters()}
-        return {name.split('.')[0] for name, p in self.named_parameters()
-                if id(p) in stem}
+        """Names of the stem's modules and loose parameters (attributes of
+        the backbone itself)."""
+        stem = {id(m) for m in self.stem_modules() + self.stem_parameters()}
+        return {name for name, m in chain(self.named_children(),
+                                          self.named_parameters(
+                                              recurse=False))
+                if id(m) in stem}

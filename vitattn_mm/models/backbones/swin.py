@@ -239,10 +239,6 @@ class AttnSwinTransformer(StagedBackbone):
                               proj_drop=drop_rate),
                 embed_dims=dims, num_heads=self.num_heads[i],
                 qkv_bias=qkv_bias)
-            if not self.pad_small_map and any(
-                    self.is_window_attention(cfg) for cfg in block_cfgs):
-                # The stage's map must hold a whole window.
-                self.min_grids[i] = max(self.min_grids[i], window_size)
             downsample = None
             if i < num_stages - 1:
                 downsample = CornerPatchMerging(
