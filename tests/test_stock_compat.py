@@ -454,3 +454,42 @@ def test_layer_decay_constructor_rates(name):
                                  for n in names), (i, j)
     outputs = [n for n in rate if n.startswith(('norm', 'ln1.', 'ln2.'))]
     assert all(rate[n] == 1.0 for n in outputs)
+
+
+def test_vit_api_of_the_stock_classes():
+    """What code calls on mmpretrain's and mmseg's ViT: every arch name of
+    mmpretrain's zoo with its sizes (``arch_settings``, ``num_layers``,
+    ``layers``), and mmseg's static ``resize_pos_embed`` with its
+    results."""
+    for name, stock in MMPretrainViT.arch_zoo.items():
+        with torch.device('meta'):
+            ours = AttnViT(arch=name)
+        assert ours.arch_settings == stock, name
+        assert ours.num_layers == len(ours.layers) == stock['num_layers']
+    table = torch.randn(1, 1 + 14 * 14, 8)
+    for mode in ('bilinear', 'bicubic'):
+        torch.testing.assert_close(
+            AttnViT.resize_pos_embed(table, (16, 20), (14, 14), mode),
+            MMSegViT.resize_pos_embed(table, (16, 20), (14, 14), mode))
+
+
+@pytest.mark.parametrize('name', _of(AttnSwinTransformer, AttnPVT,
+                                     AttnPVTv2, AttnViT))
+def test_stock_dropout_keywords_are_applied(name):
+    """``drop_rate`` and ``attn_drop_rate``, as the stock classes take
+    them: in training two passes differ, in evaluation they agree. A linear
+    attention refuses ``attn_drop_rate``, saying why."""
+    x = torch.randn(1, 3, 64, 64)
+    for keyword in ('drop_rate', 'attn_drop_rate'):
+        try:
+            model = build_tiny(name, **{keyword: 0.5})
+        except ValueError as error:
+            assert keyword == 'attn_drop_rate', error
+            assert 'no attention weights to drop' in str(error)
+            continue
+        with torch.no_grad():
+            model.train()
+            first, second = model(x), model(x)
+            assert any(not torch.equal(a, b) for a, b in zip(first, second))
+            model.eval()
+            assert all(torch.equal(a, b) for a, b in zip(model(x), model(x)))
