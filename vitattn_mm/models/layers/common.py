@@ -18,6 +18,18 @@ def nchw_to_nlc(x: torch.Tensor) -> torch.Tensor:
     return x.flatten(2).transpose(1, 2).contiguous()
 
 
+def full_precision(x: torch.Tensor):
+    """Autocast off for ``x``'s device: the fp32 core of an attention whose
+    sums overflow fp16.
+
+    torch has no autocast on the meta device; there the CPU's flag stands
+    in, under which the cost model (``benchmarks/cost_model.py``) emulates
+    a GPU's autocast, so a meta-device step sees this region as fp32 too.
+    """
+    return torch.autocast('cpu' if x.is_meta else x.device.type,
+                          enabled=False)
+
+
 class LinspaceOnCPU(TorchFunctionMode):
     """Compute ``torch.linspace`` on the CPU inside this context.
 

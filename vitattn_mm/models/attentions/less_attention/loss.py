@@ -3,6 +3,7 @@ in our bounded form and as the paper prints it."""
 import torch
 import torch.nn.functional as F
 
+from ...layers.common import full_precision
 from ..base import Grid
 
 
@@ -34,7 +35,7 @@ def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
         Tensor: fp32 scalar, symmetry + diagonality terms.
     """
     B, h, Nq, Nk = logits.shape
-    with torch.autocast(logits.device.type, enabled=False):
+    with full_precision(logits):
         probs = logits.float().softmax(dim=-1)
         if tuple(query_hw) != tuple(key_hw):
             columns = probs.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
@@ -71,7 +72,7 @@ def paper_diagonality_loss(logits: torch.Tensor, query_hw: Grid,
         Tensor: fp32 scalar.
     """
     B, h, Nq, Nk = logits.shape
-    with torch.autocast(logits.device.type, enabled=False):
+    with full_precision(logits):
         A = logits.float()
         if tuple(query_hw) != tuple(key_hw):
             columns = A.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
