@@ -34,21 +34,23 @@ import torch.utils.checkpoint as cp
 from mmengine.model import BaseModule, ModuleList
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..attentions.base import (AttentionState, Grid, attention_class,
-                               build_attention, pass_on)
+from ...ops import check_backend
+from ..attentions.base import (AttentionState, Grid, accepts,
+                               attention_class, build_attention, pass_on)
 from ..attentions.windowed import WindowedAttention
-from ..layers.common import (InvalidArch, InvalidArgument, check_type,
-                             freeze_module, nlc_to_nchw)
+from ..layers.common import (InvalidArgument, check_type, freeze_module,
+                             nlc_to_nchw)
 from ..layers.stage import linear_drop_path_rates
 from . import packages
+from .arch import ArchResolution
 from .checkpoint_loading import CheckpointLoading
 from .input_size import InputSize
 from .layer_depth import LayerDepth
 
-ArchZoo = Dict[Union[str, Tuple[str, ...]], dict]
 AttnCfgs = Union[None, dict, Sequence[Union[None, dict, Sequence[dict]]],
                  Callable[[dict, List[Grid]], object]]
-class StagedBackbone(CheckpointLoading, InputSize, LayerDepth, BaseModule):
+class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
+                     LayerDepth, BaseModule):
     """Base class of the package's backbones (mmpretrain style).
 
     A skeleton defines ``arch_zoo`` (names or tuples of aliases ->
@@ -79,6 +81,9 @@ class StagedBackbone(CheckpointLoading, InputSize, LayerDepth, BaseModule):
         convert_weights (bool): Convert official releases' key names when
             loading (every loader); False loads only this package's and the
             stock classes' layouts. Default: True.
+        attn_backend (str): 'auto', 'eager' or 'triton', given to every
+            attention that has a fused op (:mod:`vitattn_mm.ops`; softmax
+            attentions always run PyTorch's fused SDPA). Default: 'auto'.
         pretrained (str, optional): Deprecated, as in mmdet: a checkpoint
             loaded through ``init_cfg``. Default: None.
         init_cfg (dict | list[dict], optional): ``dict(type='Pretrained',
@@ -89,14 +94,6 @@ class StagedBackbone(CheckpointLoading, InputSize, LayerDepth, BaseModule):
             Default: None.
     """
 
-    arch_zoo: ArchZoo = {}
-    arch_keys: Tuple[str, ...] = ()
-    #: What a family adds to an arch named from its skeleton's zoo (e.g.
-    #: where Less-Attention starts).
-    stock_arch_defaults: dict = {}
-    #: Stock keywords that name an arch setting: ``{keyword: arch key}``
-    #: (mmdet's PVT says ``num_layers`` for ``depths``).
-    arch_aliases: Dict[str, str] = {}
     #: Keyword defaults where the OpenMMLab packages' stock classes differ:
     #: ``None`` -> the documented plain-Python defaults, a package name ->
     #: that package's (only what differs). ``frozen_stages_offset`` says how
@@ -117,6 +114,7 @@ class StagedBackbone(CheckpointLoading, InputSize, LayerDepth, BaseModule):
                  norm_eval: bool = False,
                  with_cp: bool = False,
                  convert_weights: bool = True,
+                 attn_backend: str = 'auto',
                  pretrained: Optional[str] = None,
                  init_cfg: Optional[Union[dict, list]] = None):
         # As the stock classes: both given is refused first; a bad init_cfg
@@ -148,6 +146,7 @@ class StagedBackbone(CheckpointLoading, InputSize, LayerDepth, BaseModule):
         self.norm_eval = norm_eval
         self.with_cp = with_cp
         self.convert_weights = convert_weights
+        self.attn_backend = check_backend(attn_backend)
         # The skeleton adds ``self.stages`` (a ModuleList) after its stem,
         # so modules come in the order data goes through them.
         # Dropout after position embeddings (skeletons with drop_rate set
@@ -194,81 +193,6 @@ class StagedBackbone(CheckpointLoading, InputSize, LayerDepth, BaseModule):
         return variant
 
     # ----------------------------------------------------------- arguments
-    @classmethod
-    def arch_zoos(cls) -> List[ArchZoo]:
-        """The class's arch zoo, then those of the classes it is built on:
-        a family's own names (its paper's sizes) come first, and every name
-        its skeleton (the stock class) knows is valid too."""
-        return [c.__dict__['arch_zoo'] for c in cls.__mro__
-                if 'arch_zoo' in c.__dict__]
-
-    @classmethod
-    def arch_names(cls) -> Tuple[str, ...]:
-        names = []
-        for zoo in cls.arch_zoos():
-            for key in zoo:
-                names.extend(n for n in ((key, ) if isinstance(key, str)
-                                         else key) if n not in names)
-        return tuple(names)
-
-    @classmethod
-    def parse_arch(cls, arch: Union[str, dict]) -> dict:
-        """Settings of a named arch (an arch of the skeleton's zoo gets the
-        family's :attr:`stock_arch_defaults`), or a validated custom arch
-        dict (stock key names accepted, see :attr:`arch_aliases`)."""
-        if isinstance(arch, str):
-            for i, zoo in enumerate(cls.arch_zoos()):
-                for key, settings in zoo.items():
-                    aliases = (key, ) if isinstance(key, str) else key
-                    if arch.lower() in aliases:
-                        return dict(settings, **(
-                            cls.stock_arch_defaults if i else {}))
-            raise InvalidArch(
-                f"Unknown arch '{arch}' for {cls.__name__}. Valid arch "
-                f'names: {", ".join(cls.arch_names())} (or a dict with keys '
-                f'{list(cls.arch_keys)}).')
-        if not isinstance(arch, dict):
-            raise TypeError(f'arch must be a str or a dict, got '
-                            f'{type(arch).__name__}')
-        arch = {cls.arch_aliases.get(k, k): v for k, v in arch.items()}
-        missing = [k for k in cls.arch_keys if k not in arch]
-        if missing:
-            raise InvalidArch(f'Custom arch for {cls.__name__} lacks '
-                              f'{missing}; it needs {list(cls.arch_keys)}.')
-        return dict(arch)
-
-    @classmethod
-    def resolve_arch(cls, arch: Union[str, dict], **overrides) -> dict:
-        """The arch settings: ``arch``'s, with the stock keywords given
-        (``overrides``, by their stock or arch names; None: not given)
-        overriding them. Lists become one entry per stage."""
-        settings = cls.parse_arch(arch)
-        for keyword, value in overrides.items():
-            if value is not None:
-                key = cls.arch_aliases.get(keyword, keyword)
-                settings[key] = list(value) if isinstance(
-                    value, (list, tuple)) else value
-        settings = cls.normalize_arch(settings)
-        cls.check_per_stage(settings)
-        return settings
-
-    @classmethod
-    def normalize_arch(cls, settings: dict) -> dict:
-        """Skeleton-specific forms of the settings (e.g. mmdet's PVT base
-        width); as they are by default."""
-        return settings
-
-    @staticmethod
-    def check_per_stage(arch: dict) -> None:
-        """Every list in a staged arch has one entry per stage."""
-        depths = arch.get('depths')
-        if not isinstance(depths, (list, tuple)):
-            return
-        for key, value in arch.items():
-            if isinstance(value, (list, tuple)) and len(value) != len(depths):
-                raise ValueError(f'arch {key} has {len(value)} entries; it '
-                                 f'needs one per stage ({len(depths)})')
-
     @staticmethod
     def normalize_out_indices(out_indices: Union[int, Sequence[int]],
                               num_stages: int) -> Tuple[int, ...]:
@@ -358,7 +282,10 @@ class StagedBackbone(CheckpointLoading, InputSize, LayerDepth, BaseModule):
         blocks = ModuleList()
         for j, cfg in enumerate(cfgs):
             cfg = dict(cfg)
-            pass_on(cfg, self.configured_attention(cfg), **(settings or {}))
+            attention = self.configured_attention(cfg)
+            pass_on(cfg, attention, **(settings or {}))
+            if accepts(attention, 'attn_backend'):
+                cfg.setdefault('attn_backend', self.attn_backend)
             self.min_grids[stage] = max(
                 self.min_grids[stage],
                 attention_class(cfg['type']).min_grid(cfg))
