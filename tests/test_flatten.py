@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from tiny_backbones import ARCHS
 from vitattn_mm.models.attentions import FocusedLinearAttention
+from vitattn_mm.ops import focused_linear_attention_eager
 from vitattn_mm.models.backbones.flatten import (FLattenDeiT, FLattenPVT,
                                                  FLattenPVTv2,
                                                  FLattenSwinTransformer)
@@ -101,8 +102,12 @@ def test_attention_weights_are_a_distribution():
     torch.manual_seed(0)
     attn = FocusedLinearAttention(64, 1, grid_size=(8, 8))
     q, k = torch.randn(2, 64, 64), torch.randn(2, 64, 64)
+    kv = torch.cat([k, torch.eye(64).expand(2, 64, 64)], dim=-1)
+    no_conv = torch.zeros(64, 1, 5, 5), torch.zeros(64)
     with torch.no_grad():
-        weights = attn.attend(q, k, torch.eye(64).expand(2, 64, 64))
+        weights = focused_linear_attention_eager(
+            q, kv, None, F.softplus(attn.scale), None, *no_conv, (8, 8), 1,
+            3.)
     assert (weights >= 0).all()
     assert torch.allclose(weights.sum(-1), torch.ones(2, 64), atol=1e-5)
 

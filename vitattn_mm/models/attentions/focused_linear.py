@@ -12,6 +12,9 @@ import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 
 from ...registry import ATTENTIONS
+from ...ops import (check_backend, focused_features,
+                    focused_linear_attention_eager,
+                    focused_linear_attention_op, uses_fused_op)
 from ..layers.common import nchw_to_nlc, nlc_to_nchw
 from ..layers.pos_embed import ResizablePosEmbed
 from .base import (NO_ATTENTION_WEIGHTS, AttentionOutput, Grid,
@@ -69,6 +72,9 @@ class FocusedLinearAttention(TokenAttention):
         proj_drop (float): Dropout after ``proj``. Default: 0.
         norm_cfg (dict): Norm after the spatial reduction.
             Default: ``dict(type='LN')``.
+        attn_backend (str): 'auto', 'eager' or 'triton': the eager
+            composition or the fused op (:mod:`vitattn_mm.ops`; the same
+            weights and outputs). Default: 'auto'.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
     unsupported = NO_ATTENTION_WEIGHTS
@@ -84,9 +90,11 @@ class FocusedLinearAttention(TokenAttention):
                  lepe: bool = False,
                  proj_drop: float = 0.,
                  norm_cfg: dict = dict(type='LN'),
+                 attn_backend: str = 'auto',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.head_dims = check_heads(embed_dims, num_heads)
+        self.attn_backend = check_backend(attn_backend)
         if lepe and sr_ratio > 1:
             raise ValueError('lepe needs values on the query grid, so '
                              f'sr_ratio must be 1, got {sr_ratio}')
@@ -117,64 +125,49 @@ class FocusedLinearAttention(TokenAttention):
         # The reduction is an unpadded strided conv, as the official one.
         return (cfg or {}).get('sr_ratio', 1)
 
-    def focus(self, x: torch.Tensor) -> torch.Tensor:
-        """``f_p``: raise to the power p, keep each token's norm."""
-        norm = x.norm(dim=-1, keepdim=True)
-        x = x**self.focusing_factor
-        return x / x.norm(dim=-1, keepdim=True) * norm
-
     def feature_map(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel of queries and keys (fp32): ``ReLU + 1e-6``, divided
         by ``softplus(scale)``, focused."""
-        scale = F.softplus(self.scale.float())
-        return self.focus((F.relu(x.float()) + 1e-6) / scale)
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor,
-               v: torch.Tensor) -> torch.Tensor:
-        """Linear attention of ``(B, N, C)`` q and ``(B, n, C)`` k, v."""
-        B, N, C = q.shape
-        dtype = v.dtype
-        with torch.autocast(q.device.type, enabled=False):
-            q, k = self.feature_map(q), self.feature_map(k)
-            q, k, v = (split_heads(t, self.num_heads)
-                       for t in (q, k, v.float()))
-            n = k.shape[-2]
-            z = 1 / (q @ k.mean(dim=-2, keepdim=True).transpose(-2, -1) +
-                     1e-6)
-            kv = (k.transpose(-2, -1) * n**-0.5) @ (v * n**-0.5)
-            out = q @ kv * z
-        return out.transpose(1, 2).reshape(B, N, C).to(dtype)
+        return focused_features(x, F.softplus(self.scale.float()),
+                                self.focusing_factor)
 
     def forward(self, x: torch.Tensor, hw_shape: Grid,
                 state=None) -> AttentionOutput:
         """``(B, H*W, C)`` tokens on an ``(H, W)`` grid -> same shape."""
-        B, N, C = x.shape
-        q, k, v, kv_hw = self._project(x, hw_shape)
-        out = self.attend(q, k, v)
-
-        v = nlc_to_nchw(v, kv_hw)
-        if self.sr_ratio > 1:
-            v = F.interpolate(v, size=hw_shape, mode='bilinear',
-                              align_corners=False)
+        q = self.q(x)
+        kv, kv_hw = self._keys_values(x, hw_shape)
+        # The depthwise conv runs on the values, on the query grid: taken
+        # from the kv tokens as they are, unless they must be upsampled
+        # (spatial reduction) or LePE reads the same map.
+        v_map = None
+        if self.sr_ratio > 1 or self.lepe is not None:
+            v_map = nlc_to_nchw(kv[..., self.embed_dims:], kv_hw)
+            if self.sr_ratio > 1:
+                v_map = F.interpolate(v_map, size=hw_shape, mode='bilinear',
+                                      align_corners=False)
+        attend = focused_linear_attention_op if uses_fused_op(
+            self.attn_backend, x.device) else focused_linear_attention_eager
+        out = attend(q, kv, self.positional_encoding(kv_hw),
+                     F.softplus(self.scale.float()), v_map, self.dwc.weight,
+                     self.dwc.bias, list(hw_shape), self.num_heads,
+                     float(self.focusing_factor))
         if self.lepe is not None:
-            out = out + nchw_to_nlc(self.lepe(v))
-        # One depthwise kernel for every head: heads go into the batch.
-        v = v.reshape(B * self.num_heads, self.head_dims, *hw_shape)
-        out = out + self.dwc(v).reshape(B, C, N).transpose(1, 2)
+            out = out + nchw_to_nlc(self.lepe(v_map))
         return self.proj_drop(self.proj(out)), state
 
-    def _project(self, x: torch.Tensor, hw_shape: Grid):
-        """q, k (positional encoding added), v and the key grid."""
-        q = self.q(x)
+    def _keys_values(self, x: torch.Tensor, hw_shape: Grid):
+        """The ``(B, n, 2C)`` keys and values and their grid."""
         if self.sr_ratio > 1:
             reduced = self.sr(nlc_to_nchw(x, hw_shape))
             kv_hw = tuple(reduced.shape[-2:])
-            kv = self.kv(self.norm(nchw_to_nlc(reduced)))
-        else:
-            kv_hw = tuple(hw_shape)
-            kv = self.kv(x)
+            return self.kv(self.norm(nchw_to_nlc(reduced))), kv_hw
+        return self.kv(x), tuple(hw_shape)
+
+    def _project(self, x: torch.Tensor, hw_shape: Grid):
+        """q, k (positional encoding added), v and the key grid."""
+        kv, kv_hw = self._keys_values(x, hw_shape)
         k, v = kv.chunk(2, dim=-1)
-        return q, k + self.positional_encoding(kv_hw), v, kv_hw
+        return self.q(x), k + self.positional_encoding(kv_hw), v, kv_hw
 
     @torch.no_grad()
     def query_attention(self, x: torch.Tensor, hw_shape: Grid,

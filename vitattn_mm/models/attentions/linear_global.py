@@ -15,6 +15,8 @@ from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmengine.model import BaseModule
 
 from ...registry import ATTENTIONS
+from ...ops import (check_backend, relu_linear_attention_eager,
+                    relu_linear_attention_op, uses_fused_op)
 from ..layers.common import nchw_to_nlc, nlc_to_nchw
 from .base import (NO_ATTENTION_WEIGHTS, AttentionOutput, Grid,
                    QueryAttention, TokenAttention)
@@ -47,6 +49,9 @@ class LinearGlobalAttention(TokenAttention):
         qkv_bias (bool): Bias in the qkv projection. Default: True.
         denominator_min (float): Lower bound of the normaliser.
             Default: 100.
+        attn_backend (str): 'auto', 'eager' or 'triton': the eager
+            composition or the fused op (:mod:`vitattn_mm.ops`; the same
+            weights and outputs). Default: 'auto'.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
     unsupported = NO_ATTENTION_WEIGHTS
@@ -56,9 +61,11 @@ class LinearGlobalAttention(TokenAttention):
                  num_heads: int,
                  qkv_bias: bool = True,
                  denominator_min: float = 100.,
+                 attn_backend: str = 'auto',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         check_heads(embed_dims, num_heads)
+        self.attn_backend = check_backend(attn_backend)
         self.num_heads = num_heads
         self.denominator_min = denominator_min
         head_dims = embed_dims // num_heads
@@ -70,15 +77,10 @@ class LinearGlobalAttention(TokenAttention):
     def forward(self, x: torch.Tensor, hw_shape: Optional[Grid] = None,
                 state=None) -> AttentionOutput:
         """``(B, N, C)`` -> same shape (the grid is not needed)."""
-        B, N, C = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        with torch.autocast(x.device.type, enabled=False):
-            q, k, v = F.relu(q.float()), F.relu(k.float()), v.float()
-            kv = (k.transpose(-2, -1) @ v) * self.temperature.float()
-            denominator = q @ k.sum(dim=-2).unsqueeze(-1)
-            out = (q @ kv) / denominator.clamp(min=self.denominator_min)
-        out = out.to(qkv.dtype).transpose(1, 2).reshape(B, N, C)
+        attend = relu_linear_attention_op if uses_fused_op(
+            self.attn_backend, x.device) else relu_linear_attention_eager
+        out = attend(self.qkv(x), self.temperature, self.num_heads,
+                     float(self.denominator_min))
         return self.proj(out), state
 
     @torch.no_grad()

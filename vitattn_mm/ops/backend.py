@@ -1,0 +1,72 @@
+"""Which implementation an attention runs: its eager PyTorch composition or
+its fused custom op (Triton kernels).
+
+``attn_backend`` is ``'auto'`` (the default), ``'eager'`` or ``'triton'``:
+
+* ``'eager'``: the PyTorch composition (the reference, and what ONNX
+  export and FLOP counting see);
+* ``'triton'``: the custom op, whose CUDA kernels are Triton's; on the CPU
+  it runs the kernels in Triton's interpreter when ``TRITON_INTERPRET=1``
+  (how the tests check them) and the eager composition otherwise; on the
+  meta device its shape function (the cost model);
+* ``'auto'``: Triton on CUDA tensors when ``triton`` imports, eager
+  otherwise. The choice is logged once per process.
+"""
+import functools
+import os
+from typing import Optional
+
+import torch
+from mmengine.logging import print_log
+
+BACKENDS = ('auto', 'eager', 'triton')
+
+
+def check_backend(name: str) -> str:
+    """``name``, or a ValueError listing the backends."""
+    if name not in BACKENDS:
+        raise ValueError(f'attn_backend must be one of {BACKENDS}, got '
+                         f'{name!r}')
+    return name
+
+
+@functools.lru_cache(maxsize=None)
+def triton_importable() -> Optional[str]:
+    """None if ``triton`` imports, else why not."""
+    try:
+        import triton  # noqa: F401
+    except Exception as error:  # ImportError, or a broken install
+        return f'{type(error).__name__}: {error}'
+    return None
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run in its interpreter (on the CPU)."""
+    return os.environ.get('TRITON_INTERPRET', '0') not in ('', '0')
+
+
+def kernels_run_on(device: torch.device) -> bool:
+    """Whether this process can run the Triton kernels on ``device``."""
+    if triton_importable() is not None:
+        return False
+    return device.type == 'cuda' or (device.type == 'cpu' and interpreting())
+
+
+_LOGGED = set()
+
+
+def uses_fused_op(backend: str, device: torch.device) -> bool:
+    """Whether an attention with ``attn_backend=backend`` calls its custom
+    op for tensors on ``device`` (see the module docstring)."""
+    if backend == 'eager':
+        return False
+    if backend == 'triton':
+        return True
+    fused = device.type == 'cuda' and triton_importable() is None
+    if device.type not in _LOGGED and device.type != 'meta':
+        _LOGGED.add(device.type)
+        why = '' if fused or device.type != 'cuda' else \
+            f' (triton does not import: {triton_importable()})'
+        print_log(f"attn_backend='auto' on {device.type}: "
+                  f"{'triton' if fused else 'eager'}{why}", logger='current')
+    return fused

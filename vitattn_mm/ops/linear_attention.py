@@ -1,0 +1,465 @@
+"""The linear attentions as custom ops: FLatten's focused linear attention
+and L2ViT's ReLU linear attention.
+
+Each op has three implementations behind one signature:
+
+* the **eager composition** (``*_eager``): the PyTorch code the attention
+  modules have always run, the reference of the tests and the CPU path;
+* a **shape function** (fake tensors, the meta device): what
+  ``torch.compile`` traces and the cost model records, one op each way;
+* **Triton kernels** (:mod:`.triton_linear_attention`) on CUDA tensors,
+  and on CPU tensors under ``TRITON_INTERPRET=1``; backward included.
+
+Inputs are passed packed, as the projections produce them (``kv`` is
+``(B, n, 2C)``, L2ViT's ``qkv`` ``(B, N, 3C)``), so the backward returns
+one gradient per projection instead of one zero-filled tensor per slice.
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import register_flop_formula
+
+from ..models.layers.common import full_precision, nlc_to_nchw
+from .backend import kernels_run_on
+
+# ------------------------------------------------------------------ eager
+
+
+def focused_features(x: torch.Tensor, s: torch.Tensor,
+                     focusing_factor: float) -> torch.Tensor:
+    """FLatten's kernel of ``(..., C)`` queries or keys, in fp32:
+    ``(ReLU(x) + 1e-6) / s``, raised to ``focusing_factor`` and rescaled to
+    keep each token's norm over all C channels."""
+    x = (F.relu(x.float()) + 1e-6) / s
+    norm = x.norm(dim=-1, keepdim=True)
+    x = x**focusing_factor
+    return x / x.norm(dim=-1, keepdim=True) * norm
+
+
+def _split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    B, N, C = x.shape
+    return x.reshape(B, N, num_heads, C // num_heads).transpose(1, 2)
+
+
+def focused_linear_attention_eager(
+        q: torch.Tensor, kv: torch.Tensor, pos: Optional[torch.Tensor],
+        s: torch.Tensor, dwc_map: Optional[torch.Tensor],
+        dwc_weight: torch.Tensor, dwc_bias: torch.Tensor, hw: Sequence[int],
+        num_heads: int, focusing_factor: float) -> torch.Tensor:
+    """Focused linear attention plus the depthwise conv, eagerly.
+
+    Args:
+        q (Tensor): ``(B, N, C)`` queries on the ``hw`` grid.
+        kv (Tensor): ``(B, n, 2C)`` keys and values.
+        pos (Tensor, optional): ``(1, n, C)`` added to the keys.
+        s (Tensor): ``(C,)`` (or broadcastable) fp32 divisor of the
+            feature map (``softplus`` of the learned scale).
+        dwc_map (Tensor, optional): ``(B, C, H, W)`` map the depthwise conv
+            runs on; None: the values (then ``n == N``).
+        dwc_weight (Tensor): ``(C / heads, 1, k, k)``: one kernel shared by
+            the heads.
+        dwc_bias (Tensor): ``(C / heads,)``.
+        hw (tuple[int, int]): The query grid.
+        num_heads (int): Heads.
+        focusing_factor (float): p of the focusing function.
+
+    Returns:
+        Tensor: ``(B, N, C)``, the dtype of ``kv``.
+    """
+    B, N, C = q.shape
+    k, values = kv.chunk(2, dim=-1)
+    if pos is not None:
+        k = k + pos
+    dtype = values.dtype
+    with full_precision(q):
+        q = focused_features(q, s, focusing_factor)
+        k = focused_features(k, s, focusing_factor)
+        q, k, v = (_split_heads(t, num_heads)
+                   for t in (q, k, values.float()))
+        n = k.shape[-2]
+        z = 1 / (q @ k.mean(dim=-2, keepdim=True).transpose(-2, -1) + 1e-6)
+        kv = (k.transpose(-2, -1) * n**-0.5) @ (v * n**-0.5)
+        out = q @ kv * z
+    out = out.transpose(1, 2).reshape(B, N, C).to(dtype)
+    if dwc_map is None:
+        dwc_map = nlc_to_nchw(values, hw)
+    # One depthwise kernel for every head: heads go into the batch.
+    heads = dwc_map.reshape(B * num_heads, C // num_heads, *hw)
+    conv = F.conv2d(heads, dwc_weight, dwc_bias,
+                    padding=dwc_weight.shape[-1] // 2,
+                    groups=C // num_heads)
+    return out + conv.reshape(B, C, N).transpose(1, 2)
+
+
+def relu_linear_attention_eager(qkv: torch.Tensor,
+                                temperature: torch.Tensor, num_heads: int,
+                                denominator_min: float) -> torch.Tensor:
+    """L2ViT's linear attention, eagerly: ``relu(q) (T relu(k)^T v) /
+    max(relu(q) . sum relu(k), denominator_min)`` per head.
+
+    Args:
+        qkv (Tensor): ``(B, N, 3C)``: queries, keys and values.
+        temperature (Tensor): ``(heads, 1, 1)``.
+        num_heads (int): Heads.
+        denominator_min (float): Floor of the normaliser.
+
+    Returns:
+        Tensor: ``(B, N, C)``, the dtype of ``qkv``.
+    """
+    B, N, C3 = qkv.shape
+    qkv = qkv.reshape(B, N, 3, num_heads, C3 // 3 // num_heads)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    with full_precision(qkv):
+        q, k, v = F.relu(q.float()), F.relu(k.float()), v.float()
+        kv = (k.transpose(-2, -1) @ v) * temperature.float()
+        denominator = q @ k.sum(dim=-2).unsqueeze(-1)
+        out = (q @ kv) / denominator.clamp(min=denominator_min)
+    return out.to(qkv.dtype).transpose(1, 2).reshape(B, N, C3 // 3)
+
+
+# ---------------------------------------------------------------- kernels
+
+
+def _kernels():
+    from . import triton_linear_attention
+    return triton_linear_attention
+
+
+def _block_d(head_dims: int) -> int:
+    """Channels per head as a kernel tile: a power of two, at least 16
+    (``tl.dot``'s least)."""
+    return max(16, 1 << (head_dims - 1).bit_length())
+
+
+def _rows(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """``t`` with unit channel stride, as the kernels read it."""
+    return t if t is None or t.stride(-1) == 1 else t.contiguous()
+
+
+def _layout(t: Optional[torch.Tensor], fallback: torch.Tensor):
+    """A tensor or its stand-in (a pointer the kernel never reads)."""
+    return fallback if t is None else t
+
+
+def _launch_forward(q, k, v, pos, s, temperature, dwc_map, dwc_weight,
+                    dwc_bias, hw, num_heads, p, T, A, eps, dmin, focused,
+                    out_dtype):
+    """Both forward kernels: the fp32 sums, then the output."""
+    tk = _kernels()
+    B, N, C = q.shape
+    n, D = k.shape[1], C // num_heads
+    block_d = _block_d(D)
+    sums = q.new_zeros(B * num_heads * D * (D + 1), dtype=torch.float32)
+    state = sums[:B * num_heads * D * D].view(B, num_heads, D, D)
+    ksum = sums[B * num_heads * D * D:].view(B, num_heads, D)
+    p_int = int(p) if float(p).is_integer() and p >= 1 else 0
+    pos_t = _layout(pos, k)
+    tk.state_kernel[(B, -(-n // tk.BLOCK_N))](
+        k, k.stride(0), k.stride(1), v, v.stride(0), v.stride(1), pos_t,
+        pos_t.stride(-2) if pos is not None else 0, _layout(s, k), state,
+        ksum, n, D, num_heads, float(p), P_INT=p_int,
+        HAS_POS=pos is not None, FOCUSED=focused, BLOCK_N=tk.BLOCK_N,
+        BLOCK_D=block_d)
+    out = torch.empty(B, N, C, device=q.device, dtype=out_dtype)
+    has_dwc = dwc_weight is not None
+    cmap, strides = _conv_input(dwc_map, v, hw)
+    tk.output_kernel[(B, -(-N // tk.BLOCK_N))](
+        q, q.stride(0), q.stride(1), _layout(s, q), state, ksum,
+        _layout(temperature, q), cmap, *strides, _layout(dwc_weight, q),
+        _layout(dwc_bias, q), out, out.stride(0), out.stride(1), N, hw[0],
+        hw[1], D, num_heads, dwc_weight.shape[0] if has_dwc else 1,
+        float(T), float(A), float(eps), float(dmin), float(p),
+        P_INT=p_int, FOCUSED=focused, PER_HEAD_T=temperature is not None,
+        HAS_DWC=has_dwc, K=dwc_weight.shape[-1] if has_dwc else 1,
+        BLOCK_N=tk.BLOCK_N, BLOCK_D=block_d)
+    return out, state, ksum
+
+
+def _conv_input(dwc_map, v, hw) -> Tuple[torch.Tensor, List[int]]:
+    """The conv's input and its (batch, channel, row, column) strides: the
+    map, or the value tokens read as a map."""
+    if dwc_map is not None:
+        return dwc_map, list(dwc_map.stride())
+    return v, [v.stride(0), 1, hw[1] * v.stride(1), v.stride(1)]
+
+
+def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
+                     dwc_bias, state, ksum, hw, num_heads, p, T, A, eps, dmin,
+                     focused, dq, dk, dv):
+    """Both backward kernels; writes ``dq``, ``dk``, ``dv`` and returns the
+    fp32 gradients of ``pos``, ``s``, the conv's map, weight and bias, and
+    ``dS`` (for the temperature)."""
+    tk = _kernels()
+    B, N, C = q.shape
+    n, D = k.shape[1], C // num_heads
+    block_d = _block_d(D)
+    p_int = int(p) if float(p).is_integer() and p >= 1 else 0
+    has_dwc = dwc_weight is not None
+    f32 = dict(device=q.device, dtype=torch.float32)
+    dstate = torch.zeros_like(state)
+    dksum = torch.zeros_like(ksum)
+    ds = torch.zeros(C, **f32)
+    dw = torch.zeros(dwc_weight.numel() if has_dwc else 1, **f32)
+    db = torch.zeros(dwc_weight.shape[0] if has_dwc else 1, **f32)
+    if dwc_map is not None:
+        dmap = torch.empty_like(dwc_map)
+        dmap_strides = list(dmap.stride())
+    else:  # the conv ran on the values: its gradient lands in dv first
+        dmap = dv
+        dmap_strides = [dv.stride(0), 1, hw[1] * dv.stride(1), dv.stride(1)]
+    cmap, strides = _conv_input(dwc_map, v, hw)
+    tk.query_backward_kernel[(B, -(-N // tk.BLOCK_N))](
+        q, q.stride(0), q.stride(1), _layout(s, q), grad, grad.stride(0),
+        grad.stride(1), state, ksum, _layout(temperature, q), dstate, dksum,
+        dq, dq.stride(0), dq.stride(1), ds, cmap, *strides,
+        _layout(dwc_weight, q), dw, db, dmap, *dmap_strides, N, hw[0], hw[1],
+        D, num_heads, dwc_weight.shape[0] if has_dwc else 1, float(T),
+        float(A), float(eps), float(dmin), float(p), P_INT=p_int,
+        FOCUSED=focused, PER_HEAD_T=temperature is not None,
+        HAS_DWC=has_dwc, K=dwc_weight.shape[-1] if has_dwc else 1,
+        BLOCK_N=tk.BLOCK_N, BLOCK_D=block_d)
+    dpos = torch.zeros(n, C, **f32) if pos is not None else ds
+    pos_t = _layout(pos, k)
+    tk.key_backward_kernel[(B, -(-n // tk.BLOCK_N))](
+        k, k.stride(0), k.stride(1), v, v.stride(0), v.stride(1), pos_t,
+        pos_t.stride(-2) if pos is not None else 0, _layout(s, k),
+        _layout(temperature, k), dstate, dksum, dk, dk.stride(0),
+        dk.stride(1), dv, dv.stride(0), dv.stride(1), dpos, C, ds, n, D,
+        num_heads, float(T), float(A), float(p), P_INT=p_int,
+        HAS_POS=pos is not None, FOCUSED=focused,
+        PER_HEAD_T=temperature is not None,
+        ADD_DV=has_dwc and dwc_map is None, BLOCK_N=tk.BLOCK_N,
+        BLOCK_D=block_d)
+    return dpos, ds, dmap, dw, db, dstate
+
+
+# ------------------------------------------------------------- custom ops
+
+#: FLatten's constants: T = A = 1 / n, EPS; no floor.
+_FLATTEN_EPS = 1e-6
+_NO_CLAMP = -3.0e38
+
+
+def _focused_args(q, kv, pos, s, dwc_weight):
+    C = q.shape[-1]
+    q, kv = _rows(q), _rows(kv)
+    n = kv.shape[1]
+    pos = None if pos is None else _rows(pos.reshape(n, C))
+    return (q, kv[..., :C], kv[..., C:], pos, s.reshape(-1).contiguous(),
+            1. / n, dwc_weight.contiguous())
+
+
+@torch.library.custom_op('vitattn::focused_linear_attention',
+                         mutates_args=())
+def focused_linear_attention_op(
+        q: torch.Tensor, kv: torch.Tensor, pos: Optional[torch.Tensor],
+        s: torch.Tensor, dwc_map: Optional[torch.Tensor],
+        dwc_weight: torch.Tensor, dwc_bias: torch.Tensor, hw: List[int],
+        num_heads: int, focusing_factor: float) -> torch.Tensor:
+    """:func:`focused_linear_attention_eager` as one op (see the module
+    docstring)."""
+    if not kernels_run_on(q.device):
+        return focused_linear_attention_eager(q, kv, pos, s, dwc_map,
+                                              dwc_weight, dwc_bias, hw,
+                                              num_heads, focusing_factor)
+    q, k, v, pos, s, inv_n, dwc_weight = _focused_args(q, kv, pos, s,
+                                                      dwc_weight)
+    out, _, _ = _launch_forward(q, k, v, pos, s, None, _rows(dwc_map),
+                                dwc_weight, dwc_bias, hw, num_heads,
+                                focusing_factor, inv_n, inv_n, _FLATTEN_EPS,
+                                _NO_CLAMP, True, kv.dtype)
+    return out
+
+
+@focused_linear_attention_op.register_fake
+def _(q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
+      focusing_factor):
+    return q.new_empty(q.shape, dtype=kv.dtype)
+
+
+@torch.library.custom_op('vitattn::focused_linear_attention_backward',
+                         mutates_args=())
+def focused_linear_attention_backward_op(
+        grad: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
+        pos: Optional[torch.Tensor], s: torch.Tensor,
+        dwc_map: Optional[torch.Tensor], dwc_weight: torch.Tensor,
+        dwc_bias: torch.Tensor, hw: List[int], num_heads: int,
+        focusing_factor: float) -> List[torch.Tensor]:
+    """Gradients of ``q, kv, pos, s, dwc_map, dwc_weight, dwc_bias`` (an
+    empty tensor for an input that is None)."""
+    inputs = (q, kv, pos, s, dwc_map, dwc_weight, dwc_bias)
+    if not kernels_run_on(q.device):
+        return _eager_grads(focused_linear_attention_eager, grad, inputs,
+                            (hw, num_heads, focusing_factor))
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dkv = torch.empty(kv.shape, device=kv.device, dtype=kv.dtype)
+    C = q.shape[-1]
+    q, k, v, pos_t, s_t, inv_n, w = _focused_args(q, kv, pos, s, dwc_weight)
+    dwc_map = _rows(dwc_map)
+    _, state, ksum = _launch_forward(q, k, v, pos_t, s_t, None, dwc_map, w,
+                                     dwc_bias, hw, num_heads,
+                                     focusing_factor, inv_n, inv_n,
+                                     _FLATTEN_EPS, _NO_CLAMP, True, kv.dtype)
+    dpos, ds, dmap, dw, db, _ = _launch_backward(
+        _rows(grad), q, k, v, pos_t, s_t, None, dwc_map, w, dwc_bias, state,
+        ksum, hw, num_heads, focusing_factor, inv_n, inv_n, _FLATTEN_EPS,
+        _NO_CLAMP, True, dq, dkv[..., :C], dkv[..., C:])
+    empty = q.new_empty(0)
+    return [dq, dkv,
+            empty if pos is None else dpos.reshape(pos.shape).to(pos.dtype),
+            ds.reshape(s.shape).to(s.dtype),
+            empty if dwc_map is None else dmap,
+            dw.reshape(dwc_weight.shape).to(dwc_weight.dtype),
+            db.to(dwc_bias.dtype)]
+
+
+@focused_linear_attention_backward_op.register_fake
+def _(grad, q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
+      focusing_factor):
+    empty = q.new_empty(0)
+    return [torch.empty_like(q), torch.empty_like(kv),
+            empty if pos is None else torch.empty_like(pos),
+            torch.empty_like(s),
+            empty if dwc_map is None else torch.empty_like(dwc_map),
+            torch.empty_like(dwc_weight), torch.empty_like(dwc_bias)]
+
+
+def _eager_grads(function, grad, inputs, constants) -> List[torch.Tensor]:
+    """The gradients of ``function(*inputs, *constants)`` by autograd (the
+    CPU path of a backward op): an empty tensor for a None input."""
+    with torch.enable_grad():
+        leaves = [None if t is None else t.detach().requires_grad_()
+                  for t in inputs]
+        out = function(*leaves, *constants)
+        wanted = [t for t in leaves if t is not None]
+        grads = iter(torch.autograd.grad(out, wanted, grad,
+                                         allow_unused=True))
+    result = []
+    for t in leaves:
+        g = None if t is None else next(grads)
+        result.append(grad.new_empty(0) if t is None else
+                      torch.zeros_like(t) if g is None else g)
+    return result
+
+
+def _save_inputs(ctx, inputs, output):
+    ctx.save_for_backward(*(t for t in inputs if isinstance(t, torch.Tensor)))
+    ctx.tensor_slots = [isinstance(t, torch.Tensor) for t in inputs]
+    ctx.constants = [t for t in inputs if not isinstance(t, torch.Tensor)]
+
+
+def _saved(ctx) -> list:
+    """The op's inputs again, Nones included."""
+    tensors, constants = iter(ctx.saved_tensors), iter(ctx.constants)
+    return [next(tensors) if slot else next(constants)
+            for slot in ctx.tensor_slots]
+
+
+def _focused_backward(ctx, grad):
+    q, kv, pos, s, dwc_map, w, b, hw, heads, p = _saved(ctx)
+    grads = focused_linear_attention_backward_op(grad, q, kv, pos, s,
+                                                 dwc_map, w, b, hw, heads, p)
+    grads[2] = None if pos is None else grads[2]
+    grads[4] = None if dwc_map is None else grads[4]
+    return (*grads, None, None, None)
+
+
+focused_linear_attention_op.register_autograd(_focused_backward,
+                                              setup_context=_save_inputs)
+
+
+@torch.library.custom_op('vitattn::relu_linear_attention', mutates_args=())
+def relu_linear_attention_op(qkv: torch.Tensor, temperature: torch.Tensor,
+                             num_heads: int,
+                             denominator_min: float) -> torch.Tensor:
+    """:func:`relu_linear_attention_eager` as one op."""
+    if not kernels_run_on(qkv.device):
+        return relu_linear_attention_eager(qkv, temperature, num_heads,
+                                           denominator_min)
+    qkv = _rows(qkv)
+    C = qkv.shape[-1] // 3
+    out, _, _ = _launch_forward(
+        qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:], None, None,
+        temperature.reshape(-1).contiguous(), None, None, None, (1, 1),
+        num_heads, 1., 1., 1., 0., denominator_min, False, qkv.dtype)
+    return out
+
+
+@relu_linear_attention_op.register_fake
+def _(qkv, temperature, num_heads, denominator_min):
+    B, N, C3 = qkv.shape
+    return qkv.new_empty(B, N, C3 // 3)
+
+
+@torch.library.custom_op('vitattn::relu_linear_attention_backward',
+                         mutates_args=())
+def relu_linear_attention_backward_op(
+        grad: torch.Tensor, qkv: torch.Tensor, temperature: torch.Tensor,
+        num_heads: int, denominator_min: float) -> List[torch.Tensor]:
+    """Gradients of ``qkv`` and ``temperature``."""
+    if not kernels_run_on(qkv.device):
+        return _eager_grads(relu_linear_attention_eager, grad,
+                            (qkv, temperature), (num_heads, denominator_min))
+    qkv = _rows(qkv)
+    C = qkv.shape[-1] // 3
+    q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
+    temp = temperature.reshape(-1).contiguous()
+    _, state, ksum = _launch_forward(q, k, v, None, None, temp, None, None,
+                                     None, (1, 1), num_heads, 1., 1., 1., 0.,
+                                     denominator_min, False, qkv.dtype)
+    dqkv = torch.empty(qkv.shape, device=qkv.device, dtype=qkv.dtype)
+    *_, dstate = _launch_backward(
+        _rows(grad), q, k, v, None, None, temp, None, None, None, state,
+        ksum, (1, 1), num_heads, 1., 1., 1., 0., denominator_min, False,
+        dqkv[..., :C], dqkv[..., C:2 * C], dqkv[..., 2 * C:])
+    # dS is w.r.t. T * S: the temperature's gradient is <dS, S>.
+    dtemp = (dstate * state).sum((0, 2, 3))
+    return [dqkv, dtemp.reshape(temperature.shape).to(temperature.dtype)]
+
+
+@relu_linear_attention_backward_op.register_fake
+def _(grad, qkv, temperature, num_heads, denominator_min):
+    return [torch.empty_like(qkv), torch.empty_like(temperature)]
+
+
+def _relu_backward(ctx, grad):
+    qkv, temperature, heads, dmin = _saved(ctx)
+    dqkv, dtemp = relu_linear_attention_backward_op(grad, qkv, temperature,
+                                                    heads, dmin)
+    return dqkv, dtemp, None, None
+
+
+relu_linear_attention_op.register_autograd(_relu_backward,
+                                           setup_context=_save_inputs)
+
+# ----------------------------------------------------------- FLOP counts
+
+
+@register_flop_formula(torch.ops.vitattn.focused_linear_attention)
+def _focused_flops(q, kv, pos, s, dwc_map, dwc_weight, *args,
+                   out_shape=None, **kwargs) -> int:
+    """The eager composition's matmul and conv FLOPs."""
+    B, N, C = q
+    n, heads = kv[1], args[-2]
+    d = C // heads
+    return 2 * B * C * (d * (n + N) + N) + 2 * B * N * C * dwc_weight[-1]**2
+
+
+@register_flop_formula(torch.ops.vitattn.focused_linear_attention_backward)
+def _focused_backward_flops(grad, q, kv, *args, out_shape=None,
+                            **kwargs) -> int:
+    return 2 * _focused_flops(q, kv, *args)
+
+
+@register_flop_formula(torch.ops.vitattn.relu_linear_attention)
+def _relu_flops(qkv, temperature, num_heads, *args, out_shape=None,
+                **kwargs) -> int:
+    B, N, C3 = qkv
+    C = C3 // 3
+    return 2 * B * C * (2 * N * C // num_heads + N)
+
+
+@register_flop_formula(torch.ops.vitattn.relu_linear_attention_backward)
+def _relu_backward_flops(grad, qkv, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _relu_flops(qkv, *args)

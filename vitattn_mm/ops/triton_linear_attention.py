@@ -1,0 +1,436 @@
+"""Triton kernels of the linear attentions: FLatten's focused and L2ViT's
+ReLU kernel (the custom ops of :mod:`vitattn_mm.ops.linear_attention`).
+
+Per image ``b`` and head ``h``, with features ``phi`` of queries and keys
+(fp32 throughout, whatever the inputs' dtype)::
+
+    S = T * sum_j phi(k_j)^T v_j          (d x d, in fp32)
+    m = A * sum_j phi(k_j)                (d)
+    z_i = 1 / max(phi(q_i) . m + EPS, DMIN)
+    out_i = z_i * phi(q_i) S  [+ depthwise conv of a value map]
+
+FLatten: ``T = A = 1 / n``, ``EPS = 1e-6``, no clamp, ``phi`` the focused
+ReLU over all C channels of a token (so a token's heads are read
+together); L2ViT: ``T`` a learned per-head temperature, ``A = 1``, ``EPS =
+0``, ``DMIN`` the denominator's floor, ``phi = ReLU``.
+
+Forward: one kernel over key blocks accumulates ``S`` and ``m`` (fp32
+atomics), one over query blocks writes the output with the depthwise conv
+added. Backward: one kernel over query blocks (gradients of the queries,
+of ``S`` and ``m``, of the conv's weights and input), one over key blocks
+(keys, values, position table). The focusing function couples a token's
+channels, so its gradient takes a second pass over the heads (recomputed,
+not stored).
+"""
+import triton
+import triton.language as tl
+
+#: Tokens per program. Query and key blocks alike.
+BLOCK_N = 32
+NO_CLAMP = -3.0e38
+
+
+@triton.jit
+def _tile(ptr, sb, sn, b, offs_n, mask_n, col, offs_d, mask_d):
+    """fp32 ``[BLOCK_N, BLOCK_D]`` tile: tokens ``offs_n`` of image ``b``,
+    channels ``col + offs_d``."""
+    ptrs = ptr + b * sb + offs_n[:, None] * sn + col + offs_d[None, :]
+    mask = mask_n[:, None] & mask_d[None, :]
+    return tl.load(ptrs, mask=mask, other=0.).to(tl.float32)
+
+
+@triton.jit
+def _inputs(ptr, sb, sn, pos_ptr, spn, s_ptr, b, offs_n, mask_n, col,
+            offs_d, mask_d, HAS_POS: tl.constexpr, FOCUSED: tl.constexpr):
+    """The input ``a`` (position added) and ``x``: ``(relu(a) + 1e-6) / s``
+    (focused) or ``relu(a)``; zero outside the tile."""
+    a = _tile(ptr, sb, sn, b, offs_n, mask_n, col, offs_d, mask_d)
+    mask = mask_n[:, None] & mask_d[None, :]
+    if HAS_POS:
+        a += tl.load(pos_ptr + offs_n[:, None] * spn + col + offs_d[None, :],
+                     mask=mask, other=0.).to(tl.float32)
+    if FOCUSED:
+        s = tl.load(s_ptr + col + offs_d, mask=mask_d, other=1.)
+        x = (tl.maximum(a, 0.) + 1e-6) / s[None, :]
+    else:
+        x = tl.maximum(a, 0.)
+    return a, tl.where(mask, x, 0.)
+
+
+@triton.jit
+def _power(x, P, P_INT: tl.constexpr):
+    """``x ** P`` for ``x >= 0`` (exact products for an integer P)."""
+    if P_INT > 0:
+        u = x
+        for _ in tl.static_range(P_INT - 1):
+            u = u * x
+    else:
+        u = tl.where(x > 0, tl.exp(P * tl.log(tl.maximum(x, 1e-30))), 0.)
+    return u
+
+
+@triton.jit
+def _norms(ptr, sb, sn, pos_ptr, spn, s_ptr, b, offs_n, mask_n, offs_d,
+           mask_d, D, NH, P, P_INT: tl.constexpr, HAS_POS: tl.constexpr):
+    """``||x||`` and ``||x ** P||`` over all C channels of each token."""
+    r2 = tl.zeros([offs_n.shape[0]], tl.float32)
+    t2 = tl.zeros([offs_n.shape[0]], tl.float32)
+    for h in range(NH):
+        _, x = _inputs(ptr, sb, sn, pos_ptr, spn, s_ptr, b, offs_n, mask_n,
+                       h * D, offs_d, mask_d, HAS_POS, True)
+        u = _power(x, P, P_INT)
+        r2 += tl.sum(x * x, 1)
+        t2 += tl.sum(u * u, 1)
+    return tl.sqrt(r2), tl.sqrt(t2)
+
+
+@triton.jit
+def _state_offsets(b, h, NH, D, offs_d):
+    base = (b * NH + h) * D
+    return base * D + offs_d[:, None] * D + offs_d[None, :], base + offs_d
+
+
+@triton.jit
+def _temperature(temp_ptr, h, T, PER_HEAD_T: tl.constexpr):
+    if PER_HEAD_T:
+        T = T * tl.load(temp_ptr + h).to(tl.float32)
+    return T
+
+
+@triton.jit
+def _dwc(map_ptr, smb, smc, smh, smw, w_ptr, bias_ptr, b, offs_n, mask_n,
+         col, offs_d, mask_d, H, W, CW, K: tl.constexpr):
+    """Depthwise ``K x K`` conv (zero padding, channel ``c`` with the
+    kernel ``c % CW``) of a ``(B, C, H, W)`` map at tokens ``offs_n``."""
+    y, x = offs_n // W, offs_n % W
+    ch = col + offs_d
+    wch = ch % CW
+    acc = tl.zeros([offs_n.shape[0], offs_d.shape[0]], tl.float32)
+    acc += tl.load(bias_ptr + wch, mask=mask_d, other=0.).to(
+        tl.float32)[None, :]
+    for ky in tl.static_range(K):
+        for kx in tl.static_range(K):
+            yy, xx = y + (ky - K // 2), x + (kx - K // 2)
+            ok = mask_n & (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
+            val = tl.load(map_ptr + b * smb + ch[None, :] * smc +
+                          yy[:, None] * smh + xx[:, None] * smw,
+                          mask=ok[:, None] & mask_d[None, :], other=0.)
+            wt = tl.load(w_ptr + wch * (K * K) + (ky * K + kx), mask=mask_d,
+                         other=0.)
+            acc += val.to(tl.float32) * wt.to(tl.float32)[None, :]
+    return acc
+
+
+@triton.jit
+def state_kernel(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
+                 state_ptr, ksum_ptr, n, D, NH, P, P_INT: tl.constexpr,
+                 HAS_POS: tl.constexpr, FOCUSED: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``sum_j phi(k_j)^T v_j`` and ``sum_j phi(k_j)`` of a key block,
+    added to the image's fp32 sums."""
+    b = tl.program_id(0).to(tl.int64)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < n
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    ratio = tl.zeros([BLOCK_N], tl.float32)
+    if FOCUSED:
+        r, t = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
+                      mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS)
+        ratio = tl.where(mask_n, r / t, 0.)
+    for h in range(NH):
+        _, x = _inputs(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
+                       mask_n, h * D, offs_d, mask_d, HAS_POS, FOCUSED)
+        if FOCUSED:
+            x = _power(x, P, P_INT) * ratio[:, None]
+        v = _tile(v_ptr, svb, svn, b, offs_n, mask_n, h * D, offs_d, mask_d)
+        s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
+        tl.atomic_add(state_ptr + s_off,
+                      tl.dot(tl.trans(x), v, input_precision='ieee'),
+                      mask=mask_d[:, None] & mask_d[None, :])
+        tl.atomic_add(ksum_ptr + m_off, tl.sum(x, 0), mask=mask_d)
+
+
+@triton.jit
+def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
+                  map_ptr, smb, smc, smh, smw, w_ptr, bias_ptr, out_ptr, sob,
+                  son, N, H, W, D, NH, CW, T, A, EPS, DMIN, P,
+                  P_INT: tl.constexpr, FOCUSED: tl.constexpr,
+                  PER_HEAD_T: tl.constexpr, HAS_DWC: tl.constexpr,
+                  K: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_D: tl.constexpr):
+    """``z_i phi(q_i) S`` (+ the depthwise conv) of a query block."""
+    b = tl.program_id(0).to(tl.int64)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    mask_dd = mask_d[:, None] & mask_d[None, :]
+    ratio = tl.zeros([BLOCK_N], tl.float32)
+    if FOCUSED:
+        r, t = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
+                      offs_d, mask_d, D, NH, P, P_INT, False)
+        ratio = tl.where(mask_n, r / t, 0.)
+    for h in range(NH):
+        _, x = _inputs(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
+                       h * D, offs_d, mask_d, False, FOCUSED)
+        if FOCUSED:
+            x = _power(x, P, P_INT) * ratio[:, None]
+        s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
+        S = tl.load(state_ptr + s_off, mask=mask_dd, other=0.)
+        m = tl.load(ksum_ptr + m_off, mask=mask_d, other=0.) * A
+        den = tl.sum(x * m[None, :], 1) + EPS
+        z = 1. / tl.maximum(den, DMIN)
+        T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
+        o = tl.dot(x, S, input_precision='ieee') * (T_h * z)[:, None]
+        if HAS_DWC:
+            o += _dwc(map_ptr, smb, smc, smh, smw, w_ptr, bias_ptr, b,
+                      offs_n, mask_n, h * D, offs_d, mask_d, H, W, CW, K)
+        tl.store(out_ptr + b * sob + offs_n[:, None] * son + h * D +
+                 offs_d[None, :], o.to(out_ptr.dtype.element_ty),
+                 mask=mask_n[:, None] & mask_d[None, :])
+
+
+@triton.jit
+def _focus_backward(dy, x, u, r, t, G, P):
+    """Gradient of ``x`` through ``y = u * r / t`` (``u = x ** P``) given
+    the token's ``G = sum_c dy_c u_c``."""
+    rt = tl.where(t > 0, r / t, 0.)
+    inv = tl.where(t > 0, 1. / (r * t), 0.)
+    upm1 = tl.where(x > 0, u / tl.maximum(x, 1e-30), 0.)
+    inv_t2 = tl.where(t > 0, 1. / (t * t), 0.)
+    return (G * inv)[:, None] * x + rt[:, None] * P * upm1 * (
+        dy - (G * inv_t2)[:, None] * u)
+
+
+@triton.jit
+def _query_grad(q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
+                ksum_ptr, T_h, b, h, offs_n, mask_n, offs_d, mask_d, ratio,
+                D, NH, A, EPS, DMIN, P, P_INT: tl.constexpr,
+                FOCUSED: tl.constexpr):
+    """Head ``h`` of a query block: ``a``, ``x``, ``u``, the feature
+    ``phi``, the output gradient ``g``, ``z``, ``g . o``, whether the
+    denominator passes the floor, and ``dphi``."""
+    a, x = _inputs(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
+                   h * D, offs_d, mask_d, False, FOCUSED)
+    u = x
+    if FOCUSED:
+        u = _power(x, P, P_INT)
+        phi = u * ratio[:, None]
+    else:
+        phi = x
+    s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
+    S = tl.load(state_ptr + s_off, mask=mask_d[:, None] & mask_d[None, :],
+                other=0.) * T_h
+    m = tl.load(ksum_ptr + m_off, mask=mask_d, other=0.) * A
+    g = _tile(g_ptr, sgb, sgn, b, offs_n, mask_n, h * D, offs_d, mask_d)
+    den = tl.sum(phi * m[None, :], 1) + EPS
+    z = tl.where(mask_n, 1. / tl.maximum(den, DMIN), 0.)
+    passes = (den >= DMIN) & mask_n
+    o = tl.dot(phi, S, input_precision='ieee') * z[:, None]
+    go = tl.sum(g * o, 1)
+    dphi = tl.dot(g, tl.trans(S), input_precision='ieee') * z[:, None]
+    dphi -= tl.where(passes, z * go, 0.)[:, None] * m[None, :]
+    return a, x, u, phi, g, z, go, passes, dphi
+
+
+@triton.jit
+def query_backward_kernel(
+        q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr, ksum_ptr,
+        temp_ptr, dstate_ptr, dksum_ptr, dq_ptr, sdqb, sdqn, ds_ptr, map_ptr,
+        smb, smc, smh, smw, w_ptr, dw_ptr, db_ptr, dmap_ptr, sdmb, sdmc,
+        sdmh, sdmw, N, H, W, D, NH, CW, T, A, EPS, DMIN, P,
+        P_INT: tl.constexpr, FOCUSED: tl.constexpr,
+        PER_HEAD_T: tl.constexpr, HAS_DWC: tl.constexpr, K: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Query block: ``dq``, its share of ``dS``, ``dm``, ``ds`` and of the
+    conv's weight and bias gradients, and the conv input's gradient at
+    these tokens."""
+    b = tl.program_id(0).to(tl.int64)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    mask = mask_n[:, None] & mask_d[None, :]
+    r = tl.zeros([BLOCK_N], tl.float32)
+    t = tl.zeros([BLOCK_N], tl.float32)
+    ratio = tl.zeros([BLOCK_N], tl.float32)
+    if FOCUSED:
+        r, t = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
+                      offs_d, mask_d, D, NH, P, P_INT, False)
+        ratio = tl.where(mask_n, r / t, 0.)
+    G = tl.zeros([BLOCK_N], tl.float32)
+    for h in range(NH):
+        T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
+        a, x, u, phi, g, z, go, passes, dphi = _query_grad(
+            q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr, ksum_ptr,
+            T_h, b, h, offs_n, mask_n, offs_d, mask_d, ratio, D, NH, A, EPS,
+            DMIN, P, P_INT, FOCUSED)
+        s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
+        # dS is w.r.t. T * S_raw; the key pass multiplies by T.
+        tl.atomic_add(dstate_ptr + s_off,
+                      tl.dot(tl.trans(phi * z[:, None]), g,
+                             input_precision='ieee'),
+                      mask=mask_d[:, None] & mask_d[None, :])
+        tl.atomic_add(dksum_ptr + m_off,
+                      -tl.sum(tl.where(passes, z * go, 0.)[:, None] * phi,
+                              0), mask=mask_d)
+        if FOCUSED:
+            G += tl.sum(dphi * u, 1)
+        else:
+            tl.store(dq_ptr + b * sdqb + offs_n[:, None] * sdqn + h * D +
+                     offs_d[None, :],
+                     tl.where(a > 0, dphi, 0.).to(dq_ptr.dtype.element_ty),
+                     mask=mask)
+        if HAS_DWC:
+            _dwc_backward(g, map_ptr, smb, smc, smh, smw, g_ptr, sgb, sgn,
+                          w_ptr, dw_ptr, db_ptr, dmap_ptr, sdmb, sdmc, sdmh,
+                          sdmw, b, offs_n, mask_n, h * D, offs_d, mask_d, H,
+                          W, CW, K)
+    if FOCUSED:
+        for h in range(NH):
+            T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
+            a, x, u, phi, g, z, go, passes, dphi = _query_grad(
+                q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
+                ksum_ptr, T_h, b, h, offs_n, mask_n, offs_d, mask_d, ratio,
+                D, NH, A, EPS, DMIN, P, P_INT, FOCUSED)
+            dx = _focus_backward(dphi, x, u, r, t, G, P)
+            s = tl.load(s_ptr + h * D + offs_d, mask=mask_d, other=1.)
+            tl.store(dq_ptr + b * sdqb + offs_n[:, None] * sdqn + h * D +
+                     offs_d[None, :],
+                     tl.where(a > 0, dx / s[None, :],
+                              0.).to(dq_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_add(ds_ptr + h * D + offs_d,
+                          -tl.sum(tl.where(mask, dx * x, 0.), 0) / s,
+                          mask=mask_d)
+
+
+@triton.jit
+def _dwc_backward(g, map_ptr, smb, smc, smh, smw, g_ptr, sgb, sgn, w_ptr,
+                  dw_ptr, db_ptr, dmap_ptr, sdmb, sdmc, sdmh, sdmw, b,
+                  offs_n, mask_n, col, offs_d, mask_d, H, W, CW,
+                  K: tl.constexpr):
+    """The depthwise conv's share of a block: weight and bias gradients
+    (atomics) and the input map's gradient at these tokens (the transposed
+    conv of ``g``)."""
+    y, x = offs_n // W, offs_n % W
+    ch = col + offs_d
+    wch = ch % CW
+    tl.atomic_add(db_ptr + wch, tl.sum(g, 0), mask=mask_d)
+    dmap = tl.zeros([offs_n.shape[0], offs_d.shape[0]], tl.float32)
+    for ky in tl.static_range(K):
+        for kx in tl.static_range(K):
+            dy, dx = ky - K // 2, kx - K // 2
+            yy, xx = y + dy, x + dx
+            ok = mask_n & (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
+            val = tl.load(map_ptr + b * smb + ch[None, :] * smc +
+                          yy[:, None] * smh + xx[:, None] * smw,
+                          mask=ok[:, None] & mask_d[None, :], other=0.)
+            tl.atomic_add(dw_ptr + wch * (K * K) + (ky * K + kx),
+                          tl.sum(g * val.to(tl.float32), 0), mask=mask_d)
+            # Map token (y, x) feeds output (y - dy, x - dx) through this tap.
+            yo, xo = y - dy, x - dx
+            ok = mask_n & (yo >= 0) & (yo < H) & (xo >= 0) & (xo < W)
+            go = tl.load(g_ptr + b * sgb + (yo * W + xo)[:, None] * sgn +
+                         ch[None, :], mask=ok[:, None] & mask_d[None, :],
+                         other=0.)
+            wt = tl.load(w_ptr + wch * (K * K) + (ky * K + kx), mask=mask_d,
+                         other=0.)
+            dmap += go.to(tl.float32) * wt.to(tl.float32)[None, :]
+    tl.store(dmap_ptr + b * sdmb + ch[None, :] * sdmc + y[:, None] * sdmh +
+             x[:, None] * sdmw, dmap.to(dmap_ptr.dtype.element_ty),
+             mask=mask_n[:, None] & mask_d[None, :])
+
+
+@triton.jit
+def _key_grad(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
+              dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
+              mask_d, ratio, D, NH, A, P, P_INT: tl.constexpr,
+              HAS_POS: tl.constexpr, FOCUSED: tl.constexpr):
+    """Head ``h`` of a key block: ``a``, ``x``, ``u``, ``dphi`` and
+    ``dv``."""
+    a, x = _inputs(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n, mask_n,
+                   h * D, offs_d, mask_d, HAS_POS, FOCUSED)
+    u = x
+    if FOCUSED:
+        u = _power(x, P, P_INT)
+        phi = u * ratio[:, None]
+    else:
+        phi = x
+    v = _tile(v_ptr, svb, svn, b, offs_n, mask_n, h * D, offs_d, mask_d)
+    s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
+    dS = tl.load(dstate_ptr + s_off, mask=mask_d[:, None] & mask_d[None, :],
+                 other=0.) * T_h
+    dm = tl.load(dksum_ptr + m_off, mask=mask_d, other=0.) * A
+    dphi = tl.dot(v, tl.trans(dS), input_precision='ieee') + dm[None, :]
+    dv = tl.dot(phi, dS, input_precision='ieee')
+    return a, x, u, dphi, dv
+
+
+@triton.jit
+def key_backward_kernel(
+        k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr, temp_ptr,
+        dstate_ptr, dksum_ptr, dk_ptr, sdkb, sdkn, dv_ptr, sdvb, sdvn,
+        dpos_ptr, sdpn, ds_ptr, n, D, NH, T, A, P, P_INT: tl.constexpr,
+        HAS_POS: tl.constexpr, FOCUSED: tl.constexpr,
+        PER_HEAD_T: tl.constexpr, ADD_DV: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Key block: ``dk``, ``dv`` (added to what is there with ``ADD_DV``:
+    the conv's share when it ran on these values), the position table's
+    gradient summed over images, and its share of ``ds``."""
+    b = tl.program_id(0).to(tl.int64)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < n
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    mask = mask_n[:, None] & mask_d[None, :]
+    r = tl.zeros([BLOCK_N], tl.float32)
+    t = tl.zeros([BLOCK_N], tl.float32)
+    ratio = tl.zeros([BLOCK_N], tl.float32)
+    if FOCUSED:
+        r, t = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
+                      mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS)
+        ratio = tl.where(mask_n, r / t, 0.)
+    G = tl.zeros([BLOCK_N], tl.float32)
+    for h in range(NH):
+        T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
+        a, x, u, dphi, dv = _key_grad(
+            k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
+            dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
+            mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED)
+        dv_ptrs = dv_ptr + b * sdvb + offs_n[:, None] * sdvn + h * D + \
+            offs_d[None, :]
+        if ADD_DV:
+            dv += tl.load(dv_ptrs, mask=mask, other=0.).to(tl.float32)
+        tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=mask)
+        if FOCUSED:
+            G += tl.sum(dphi * u, 1)
+        else:
+            _store_key_grad(tl.where(a > 0, dphi, 0.), dk_ptr, sdkb, sdkn,
+                            dpos_ptr, sdpn, b, offs_n, mask, h * D, offs_d,
+                            HAS_POS)
+    if FOCUSED:
+        for h in range(NH):
+            T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
+            a, x, u, dphi, dv = _key_grad(
+                k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
+                dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
+                mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED)
+            dx = _focus_backward(dphi, x, u, r, t, G, P)
+            s = tl.load(s_ptr + h * D + offs_d, mask=mask_d, other=1.)
+            _store_key_grad(tl.where(a > 0, dx / s[None, :], 0.), dk_ptr,
+                            sdkb, sdkn, dpos_ptr, sdpn, b, offs_n, mask,
+                            h * D, offs_d, HAS_POS)
+            tl.atomic_add(ds_ptr + h * D + offs_d,
+                          -tl.sum(tl.where(mask, dx * x, 0.), 0) / s,
+                          mask=mask_d)
+
+
+@triton.jit
+def _store_key_grad(da, dk_ptr, sdkb, sdkn, dpos_ptr, sdpn, b, offs_n, mask,
+                    col, offs_d, HAS_POS: tl.constexpr):
+    tl.store(dk_ptr + b * sdkb + offs_n[:, None] * sdkn + col +
+             offs_d[None, :], da.to(dk_ptr.dtype.element_ty), mask=mask)
+    if HAS_POS:  # the table is shared by the images: summed (fp32)
+        tl.atomic_add(dpos_ptr + offs_n[:, None] * sdpn + col +
+                      offs_d[None, :], da, mask=mask)
