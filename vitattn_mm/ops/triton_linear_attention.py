@@ -137,7 +137,7 @@ def state_kernel(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
     if FOCUSED:
         r, t = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
                       mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS)
-        ratio = tl.where(mask_n, r / t, 0.)
+        ratio = tl.where(mask_n, r / tl.where(t > 0, t, 1.), 0.)
     for h in range(NH):
         _, x = _inputs(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
                        mask_n, h * D, offs_d, mask_d, HAS_POS, FOCUSED)
@@ -170,7 +170,7 @@ def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
     if FOCUSED:
         r, t = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
                       offs_d, mask_d, D, NH, P, P_INT, False)
-        ratio = tl.where(mask_n, r / t, 0.)
+        ratio = tl.where(mask_n, r / tl.where(t > 0, t, 1.), 0.)
     for h in range(NH):
         _, x = _inputs(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
                        h * D, offs_d, mask_d, False, FOCUSED)
@@ -195,10 +195,11 @@ def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
 def _focus_backward(dy, x, u, r, t, G, P):
     """Gradient of ``x`` through ``y = u * r / t`` (``u = x ** P``) given
     the token's ``G = sum_c dy_c u_c``."""
-    rt = tl.where(t > 0, r / t, 0.)
-    inv = tl.where(t > 0, 1. / (r * t), 0.)
+    t_safe = tl.where(t > 0, t, 1.)
+    rt = tl.where(t > 0, r / t_safe, 0.)
+    inv = tl.where(t > 0, 1. / (tl.where(r > 0, r, 1.) * t_safe), 0.)
     upm1 = tl.where(x > 0, u / tl.maximum(x, 1e-30), 0.)
-    inv_t2 = tl.where(t > 0, 1. / (t * t), 0.)
+    inv_t2 = tl.where(t > 0, 1. / (t_safe * t_safe), 0.)
     return (G * inv)[:, None] * x + rt[:, None] * P * upm1 * (
         dy - (G * inv_t2)[:, None] * u)
 
@@ -258,7 +259,7 @@ def query_backward_kernel(
     if FOCUSED:
         r, t = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
                       offs_d, mask_d, D, NH, P, P_INT, False)
-        ratio = tl.where(mask_n, r / t, 0.)
+        ratio = tl.where(mask_n, r / tl.where(t > 0, t, 1.), 0.)
     G = tl.zeros([BLOCK_N], tl.float32)
     for h in range(NH):
         T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
@@ -390,7 +391,7 @@ def key_backward_kernel(
     if FOCUSED:
         r, t = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
                       mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS)
-        ratio = tl.where(mask_n, r / t, 0.)
+        ratio = tl.where(mask_n, r / tl.where(t > 0, t, 1.), 0.)
     G = tl.zeros([BLOCK_N], tl.float32)
     for h in range(NH):
         T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)

@@ -1,0 +1,162 @@
+"""The fused attention kernels (``vitattn_mm.ops``) against their eager
+compositions, run on the CPU in Triton's interpreter.
+
+``TRITON_INTERPRET=1`` is set before any kernel module is imported, so the
+custom ops run their Triton kernels on CPU tensors here: forward and every
+gradient, at odd token counts, with keys on another grid than the queries
+(spatial reduction), several heads and head widths that are no power of
+two. Tolerances, as relative RMSE against the eager composition on the
+same inputs: 1e-5 in fp32, 5e-3 in bf16 and fp16.
+"""
+import os
+
+os.environ.setdefault('TRITON_INTERPRET', '1')
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from vitattn_mm.ops import (focused_linear_attention_eager,  # noqa: E402
+                            focused_linear_attention_op, kernels_run_on,
+                            relu_linear_attention_eager,
+                            relu_linear_attention_op)
+
+pytestmark = pytest.mark.skipif(
+    not kernels_run_on(torch.device('cpu')),
+    reason='triton does not import, or TRITON_INTERPRET was set to 0')
+
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 5e-3, torch.float16: 5e-3}
+
+
+def relative_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).pow(2).mean().sqrt() /
+            b.pow(2).mean().sqrt().clamp_min(1e-30)).item()
+
+
+def compare(op, eager, inputs, constants, autocast=None):
+    """Forward and every input's gradient of ``op`` against ``eager``
+    (under CPU autocast to ``autocast`` if given, as a model runs them):
+    the relative errors by name ('out', then the input's index)."""
+    def leaves():
+        return [None if t is None else t.detach().clone().requires_grad_()
+                for t in inputs]
+
+    fused, reference = leaves(), leaves()
+    with torch.autocast('cpu', dtype=autocast, enabled=autocast is not None):
+        out = op(*fused, *constants)
+        ref = eager(*reference, *constants)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    assert torch.isfinite(ref).all()
+    grad = torch.randn_like(ref)
+    out.backward(grad)
+    ref.backward(grad)
+    errors = {'out': relative_rmse(out, ref)}
+    for i, (a, b) in enumerate(zip(fused, reference)):
+        if a is not None:
+            assert a.grad is not None and b.grad is not None, i
+            assert torch.isfinite(a.grad).all(), i
+            errors[i] = relative_rmse(a.grad, b.grad)
+    return errors
+
+
+def focused_inputs(B=2, hw=(5, 7), C=48, heads=2, kv_tokens=None,
+                   dtype=torch.float32, scale=1., kernel=5, seed=0):
+    """Inputs of the focused op: ``kv_tokens`` keys (default: the query
+    grid) and, when they differ, a value map on the query grid."""
+    g = torch.Generator().manual_seed(seed)
+    N = hw[0] * hw[1]
+    n = N if kv_tokens is None else kv_tokens
+    d = C // heads
+
+    def randn(*shape, s=1.):
+        return (torch.randn(*shape, generator=g) * s)
+
+    q = randn(B, N, C, s=scale).to(dtype)
+    kv = randn(B, n, 2 * C, s=scale).to(dtype)
+    pos = randn(1, n, C, s=0.1)
+    s = F.softplus(randn(1, 1, C, s=0.3))
+    v_map = None if kv_tokens is None else randn(B, C, *hw).to(dtype)
+    weight, bias = randn(d, 1, kernel, kernel, s=0.1), randn(d, s=0.1)
+    return [q, kv, pos, s, v_map, weight, bias], [list(hw), heads, 3.]
+
+
+@pytest.mark.parametrize('case', [
+    dict(),  # values on the query grid, the conv on them
+    dict(kv_tokens=6),  # spatial reduction: 6 keys, a value map
+    dict(hw=(3, 11), C=72, heads=3),  # head width 24, 3 heads
+    dict(hw=(1, 3), C=32, heads=1, kernel=3),  # one row, a 3x3 conv
+])
+def test_focused_linear_attention_fp32(case):
+    inputs, constants = focused_inputs(**case)
+    errors = compare(focused_linear_attention_op,
+                     focused_linear_attention_eager, inputs, constants)
+    assert max(errors.values()) <= 1e-5, errors
+    assert set(errors) == {'out', 0, 1, 2, 3, 5, 6} | (
+        {4} if inputs[4] is not None else set())
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_focused_linear_attention_low_precision(dtype):
+    inputs, constants = focused_inputs(kv_tokens=10, dtype=dtype)
+    errors = compare(focused_linear_attention_op,
+                     focused_linear_attention_eager, inputs, constants,
+                     autocast=dtype)
+    assert max(errors.values()) <= TOLERANCE[dtype], errors
+
+
+def test_focused_linear_attention_fp16_large_inputs_stay_finite():
+    """x**3 of inputs of 1e3 overflows fp16: the kernels work in fp32,
+    as the eager path does; both stay finite and agree."""
+    inputs, constants = focused_inputs(dtype=torch.float16, scale=1e3)
+    errors = compare(focused_linear_attention_op,
+                     focused_linear_attention_eager, inputs, constants,
+                     autocast=torch.float16)
+    assert max(errors.values()) <= TOLERANCE[torch.float16], errors
+
+
+def relu_inputs(B=2, N=37, C=48, heads=3, dtype=torch.float32, scale=1.,
+                seed=0):
+    g = torch.Generator().manual_seed(seed)
+    qkv = (torch.randn(B, N, 3 * C, generator=g) * scale).to(dtype)
+    temperature = torch.rand(heads, 1, 1, generator=g) + 0.5
+    return [qkv, temperature]
+
+
+@pytest.mark.parametrize('denominator_min', [100., 1.])
+def test_relu_linear_attention_fp32(denominator_min):
+    """With the floor of 100 most rows are clamped at this size, with 1
+    none are: both branches of the normaliser's gradient."""
+    errors = compare(relu_linear_attention_op, relu_linear_attention_eager,
+                     relu_inputs(), [3, denominator_min])
+    assert max(errors.values()) <= 1e-5, errors
+    assert set(errors) == {'out', 0, 1}
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_relu_linear_attention_low_precision(dtype):
+    errors = compare(relu_linear_attention_op, relu_linear_attention_eager,
+                     relu_inputs(dtype=dtype, N=21, heads=2), [2, 10.],
+                     autocast=dtype)
+    assert max(errors.values()) <= TOLERANCE[dtype], errors
+
+
+def test_relu_linear_attention_fp16_large_inputs_stay_finite():
+    errors = compare(relu_linear_attention_op, relu_linear_attention_eager,
+                     relu_inputs(dtype=torch.float16, scale=1e3), [3, 100.],
+                     autocast=torch.float16)
+    assert max(errors.values()) <= TOLERANCE[torch.float16], errors
+
+
+def test_ops_pass_torch_library_opcheck():
+    """Schema, fake (meta) implementation and autograd registration as
+    torch.library checks them, on the kernels' inputs."""
+    inputs, constants = focused_inputs(hw=(2, 3), C=32, kv_tokens=4)
+    torch.library.opcheck(focused_linear_attention_op,
+                          (*inputs, *constants),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
+    torch.library.opcheck(relu_linear_attention_op,
+                          (*relu_inputs(N=5, C=32, heads=2), 2, 1.),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
