@@ -3,8 +3,13 @@ import math
 import os
 import os.path as osp
 
-import pytest
-import torch
+# No GPU here: the fused ops' Triton kernels run in Triton's interpreter
+# (tests/test_kernels.py). Set before anything imports triton (torch may,
+# for ops of its own), since triton reads it when kernels are defined.
+os.environ.setdefault('TRITON_INTERPRET', '1')
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 

@@ -1,25 +1,24 @@
 """The fused attention kernels (``vitattn_mm.ops``) against their eager
 compositions, run on the CPU in Triton's interpreter.
 
-``TRITON_INTERPRET=1`` is set before any kernel module is imported, so the
-custom ops run their Triton kernels on CPU tensors here: forward and every
+``TRITON_INTERPRET=1`` is set (tests/conftest.py) before anything imports
+triton, so the custom ops run their Triton kernels on CPU tensors here: forward and every
 gradient, at odd token counts, with keys on another grid than the queries
 (spatial reduction), several heads and head widths that are no power of
 two. Tolerances, as relative RMSE against the eager composition on the
 same inputs: 1e-5 in fp32, 5e-3 in bf16 and fp16.
 """
-import os
+import pytest
+import torch
+import torch.nn.functional as F
 
-os.environ.setdefault('TRITON_INTERPRET', '1')
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from vitattn_mm.ops import (focused_linear_attention_eager,  # noqa: E402
+from vitattn_mm.ops import (focused_linear_attention_eager,
                             focused_linear_attention_op, kernels_run_on,
+                            mean_shift_attention_eager,
+                            mean_shift_attention_op,
                             relu_linear_attention_eager,
                             relu_linear_attention_op)
+from vitattn_mm.models.layers import shifted_window_mask
 
 pytestmark = pytest.mark.skipif(
     not kernels_run_on(torch.device('cpu')),
@@ -35,21 +34,29 @@ def relative_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def compare(op, eager, inputs, constants, autocast=None):
-    """Forward and every input's gradient of ``op`` against ``eager``
-    (under CPU autocast to ``autocast`` if given, as a model runs them):
-    the relative errors by name ('out', then the input's index)."""
-    def leaves():
-        return [None if t is None else t.detach().clone().requires_grad_()
-                for t in inputs]
+    """Forward and every input's gradient of ``op`` against ``eager``: the
+    relative errors by name ('out', then the input's index).
 
-    fused, reference = leaves(), leaves()
+    With ``autocast`` (a low-precision dtype) the op runs under CPU
+    autocast on the inputs as given, as a model runs it, and the reference
+    is the eager composition in fp32 on the same values: the error is then
+    the op's own rounding, not the sum of two roundings.
+    """
+    def leaves(fp32=False):
+        return [None if t is None else
+                (t.float() if fp32 and t.is_floating_point() else
+                 t).detach().clone().requires_grad_() for t in inputs]
+
+    fused, reference = leaves(), leaves(fp32=autocast is not None)
     with torch.autocast('cpu', dtype=autocast, enabled=autocast is not None):
         out = op(*fused, *constants)
-        ref = eager(*reference, *constants)
-    assert out.dtype == ref.dtype and out.shape == ref.shape
+    ref = eager(*reference, *constants)
+    if autocast is None:
+        assert out.dtype == ref.dtype
+    assert out.shape == ref.shape
     assert torch.isfinite(ref).all()
     grad = torch.randn_like(ref)
-    out.backward(grad)
+    out.backward(grad.to(out.dtype))
     ref.backward(grad)
     errors = {'out': relative_rmse(out, ref)}
     for i, (a, b) in enumerate(zip(fused, reference)):
@@ -148,12 +155,72 @@ def test_relu_linear_attention_fp16_large_inputs_stay_finite():
     assert max(errors.values()) <= TOLERANCE[torch.float16], errors
 
 
+def mean_shift_inputs(B=4, N=49, C=64, heads=2, mean_shift=True,
+                      bias=True, dtype=torch.float32, scale=1., seed=0):
+    g = torch.Generator().manual_seed(seed)
+    parts = 4 if mean_shift else 3
+    qkv = (torch.randn(B, N, parts * C, generator=g) * scale).to(dtype)
+    table = torch.randn(heads, N, N, generator=g) * 0.5 if bias else None
+    return [qkv, table]
+
+
+@pytest.mark.parametrize('mean_shift', [True, False])
+@pytest.mark.parametrize('where', ['global', 'window', 'shifted window'])
+def test_mean_shift_attention_fp32(mean_shift, where):
+    """Global (no bias), in windows (Swin's relative position bias), in
+    shifted windows (and Swin's mask: 2 windows an image, 2 images)."""
+    inputs = mean_shift_inputs(mean_shift=mean_shift,
+                               bias=where != 'global')
+    mask = shifted_window_mask((14, 7), (7, 7), (3, 3), 'cpu') \
+        if where == 'shifted window' else None
+    errors = compare(mean_shift_attention_op, mean_shift_attention_eager,
+                     inputs, [mask, 2, 32**-0.5, mean_shift])
+    assert max(errors.values()) <= 1e-5, errors
+    assert set(errors) == {'out', 0} | ({1} if where != 'global' else set())
+
+
+def test_mean_shift_attention_over_several_tiles():
+    """70 tokens (two query and two key tiles of 64), head width 24."""
+    inputs = mean_shift_inputs(B=2, N=70, C=48, bias=False)
+    errors = compare(mean_shift_attention_op, mean_shift_attention_eager,
+                     inputs, [None, 2, 24**-0.5, True])
+    assert max(errors.values()) <= 1e-5, errors
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_mean_shift_attention_low_precision(dtype):
+    inputs = mean_shift_inputs(B=2, N=23, heads=2, dtype=dtype)
+    errors = compare(mean_shift_attention_op, mean_shift_attention_eager,
+                     inputs, [None, 2, 32**-0.5, True], autocast=dtype)
+    assert max(errors.values()) <= TOLERANCE[dtype], errors
+
+
+def test_mean_shift_attention_fp16_finite_where_eager_is():
+    """Inputs of 1e3: the logits (~1e6) leave fp16's range in the eager
+    composition (an fp16 SDPA on the CPU), which is then wrong or not
+    finite; the kernels keep the logits and the softmax in fp32. The fused
+    output is finite wherever the eager one is (here: everywhere)."""
+    qkv, table = mean_shift_inputs(B=2, N=16, dtype=torch.float16,
+                                   scale=1e3)
+    args = [None, 2, 32**-0.5, True]
+    with torch.autocast('cpu', dtype=torch.float16):
+        fused = mean_shift_attention_op(qkv, table, *args)
+        eager = mean_shift_attention_eager(qkv, table, *args)
+    assert torch.isfinite(fused[torch.isfinite(eager)]).all()
+    assert torch.isfinite(fused).all()
+
+
 def test_ops_pass_torch_library_opcheck():
     """Schema, fake (meta) implementation and autograd registration as
     torch.library checks them, on the kernels' inputs."""
     inputs, constants = focused_inputs(hw=(2, 3), C=32, kv_tokens=4)
     torch.library.opcheck(focused_linear_attention_op,
                           (*inputs, *constants),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
+    mask = shifted_window_mask((14, 7), (7, 7), (3, 3), 'cpu')
+    torch.library.opcheck(mean_shift_attention_op,
+                          (*mean_shift_inputs(C=32), mask, 2, 0.25, True),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))
     torch.library.opcheck(relu_linear_attention_op,
@@ -166,11 +233,13 @@ def test_ops_pass_torch_library_opcheck():
     'FLattenSwinTransformer', 'FLattenPVT',
     pytest.param('FLattenPVTv2', marks=pytest.mark.slow),
     pytest.param('FLattenCSwinTransformer', marks=pytest.mark.slow),
-    pytest.param('FLattenDeiT', marks=pytest.mark.slow), 'L2ViT'
+    pytest.param('FLattenDeiT', marks=pytest.mark.slow), 'L2ViT',
+    'MSFSwinTransformer', pytest.param('MSFViT', marks=pytest.mark.slow)
 ])
 def test_backbones_train_the_same_with_either_backend(name):
     """A training step of a tiny backbone with the fused ops (their
-    kernels, interpreted) gives the eager step's outputs and gradients:
+    kernels, interpreted) gives the eager step's outputs and gradients
+    (shifted windows and Swin's mask included):
     same weights, same keys, an input of odd size."""
     from tiny_backbones import build_tiny
     eager = build_tiny(name, attn_backend='eager').train()

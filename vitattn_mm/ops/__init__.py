@@ -7,10 +7,14 @@ from .linear_attention import (focused_features,
                                focused_linear_attention_op,
                                relu_linear_attention_eager,
                                relu_linear_attention_op)
+from .mean_shift_attention import (key_norm_logits,
+                                   mean_shift_attention_eager,
+                                   mean_shift_attention_op, split_parts)
 
 __all__ = [
     'BACKENDS', 'check_backend', 'kernels_run_on', 'uses_fused_op',
     'focused_features', 'focused_linear_attention_eager',
     'focused_linear_attention_op', 'relu_linear_attention_eager',
-    'relu_linear_attention_op'
+    'relu_linear_attention_op', 'mean_shift_attention_eager',
+    'mean_shift_attention_op', 'key_norm_logits', 'split_parts'
 ]

@@ -13,6 +13,7 @@ its fused custom op (Triton kernels).
   otherwise. The choice is logged once per process.
 """
 import functools
+import importlib
 import os
 from typing import Optional
 
@@ -34,7 +35,7 @@ def check_backend(name: str) -> str:
 def triton_importable() -> Optional[str]:
     """None if ``triton`` imports, else why not."""
     try:
-        import triton  # noqa: F401
+        importlib.import_module('triton')
     except Exception as error:  # ImportError, or a broken install
         return f'{type(error).__name__}: {error}'
     return None

@@ -22,6 +22,7 @@ from torch.utils.flop_counter import register_flop_formula
 
 from ..models.layers.common import full_precision, nlc_to_nchw
 from .backend import kernels_run_on
+from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
 
 # ------------------------------------------------------------------ eager
 
@@ -126,17 +127,6 @@ def _kernels():
     return triton_linear_attention
 
 
-def _block_d(head_dims: int) -> int:
-    """Channels per head as a kernel tile: a power of two, at least 16
-    (``tl.dot``'s least)."""
-    return max(16, 1 << (head_dims - 1).bit_length())
-
-
-def _rows(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """``t`` with unit channel stride, as the kernels read it."""
-    return t if t is None or t.stride(-1) == 1 else t.contiguous()
-
-
 def _layout(t: Optional[torch.Tensor], fallback: torch.Tensor):
     """A tensor or its stand-in (a pointer the kernel never reads)."""
     return fallback if t is None else t
@@ -149,7 +139,7 @@ def _launch_forward(q, k, v, pos, s, temperature, dwc_map, dwc_weight,
     tk = _kernels()
     B, N, C = q.shape
     n, D = k.shape[1], C // num_heads
-    block_d = _block_d(D)
+    tile_d = block_d(D)
     sums = q.new_zeros(B * num_heads * D * (D + 1), dtype=torch.float32)
     state = sums[:B * num_heads * D * D].view(B, num_heads, D, D)
     ksum = sums[B * num_heads * D * D:].view(B, num_heads, D)
@@ -160,7 +150,7 @@ def _launch_forward(q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         pos_t.stride(-2) if pos is not None else 0, _layout(s, k), state,
         ksum, n, D, num_heads, float(p), P_INT=p_int,
         HAS_POS=pos is not None, FOCUSED=focused, BLOCK_N=tk.BLOCK_N,
-        BLOCK_D=block_d)
+        BLOCK_D=tile_d)
     out = torch.empty(B, N, C, device=q.device, dtype=out_dtype)
     has_dwc = dwc_weight is not None
     cmap, strides = _conv_input(dwc_map, v, hw)
@@ -172,7 +162,7 @@ def _launch_forward(q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         float(T), float(A), float(eps), float(dmin), float(p),
         P_INT=p_int, FOCUSED=focused, PER_HEAD_T=temperature is not None,
         HAS_DWC=has_dwc, K=dwc_weight.shape[-1] if has_dwc else 1,
-        BLOCK_N=tk.BLOCK_N, BLOCK_D=block_d)
+        BLOCK_N=tk.BLOCK_N, BLOCK_D=tile_d)
     return out, state, ksum
 
 
@@ -193,7 +183,7 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
     tk = _kernels()
     B, N, C = q.shape
     n, D = k.shape[1], C // num_heads
-    block_d = _block_d(D)
+    tile_d = block_d(D)
     p_int = int(p) if float(p).is_integer() and p >= 1 else 0
     has_dwc = dwc_weight is not None
     f32 = dict(device=q.device, dtype=torch.float32)
@@ -218,7 +208,7 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         float(A), float(eps), float(dmin), float(p), P_INT=p_int,
         FOCUSED=focused, PER_HEAD_T=temperature is not None,
         HAS_DWC=has_dwc, K=dwc_weight.shape[-1] if has_dwc else 1,
-        BLOCK_N=tk.BLOCK_N, BLOCK_D=block_d)
+        BLOCK_N=tk.BLOCK_N, BLOCK_D=tile_d)
     dpos = torch.zeros(n, C, **f32) if pos is not None else ds
     pos_t = _layout(pos, k)
     tk.key_backward_kernel[(B, -(-n // tk.BLOCK_N))](
@@ -230,7 +220,7 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         HAS_POS=pos is not None, FOCUSED=focused,
         PER_HEAD_T=temperature is not None,
         ADD_DV=has_dwc and dwc_map is None, BLOCK_N=tk.BLOCK_N,
-        BLOCK_D=block_d)
+        BLOCK_D=tile_d)
     return dpos, ds, dmap, dw, db, dstate
 
 
@@ -243,9 +233,9 @@ _NO_CLAMP = -3.0e38
 
 def _focused_args(q, kv, pos, s, dwc_weight):
     C = q.shape[-1]
-    q, kv = _rows(q), _rows(kv)
+    q, kv = rows(q), rows(kv)
     n = kv.shape[1]
-    pos = None if pos is None else _rows(pos.reshape(n, C))
+    pos = None if pos is None else rows(pos.reshape(n, C))
     return (q, kv[..., :C], kv[..., C:], pos, s.reshape(-1).contiguous(),
             1. / n, dwc_weight.contiguous())
 
@@ -265,7 +255,7 @@ def focused_linear_attention_op(
                                               num_heads, focusing_factor)
     q, k, v, pos, s, inv_n, dwc_weight = _focused_args(q, kv, pos, s,
                                                       dwc_weight)
-    out, _, _ = _launch_forward(q, k, v, pos, s, None, _rows(dwc_map),
+    out, _, _ = _launch_forward(q, k, v, pos, s, None, rows(dwc_map),
                                 dwc_weight, dwc_bias, hw, num_heads,
                                 focusing_factor, inv_n, inv_n, _FLATTEN_EPS,
                                 _NO_CLAMP, True, kv.dtype)
@@ -290,19 +280,19 @@ def focused_linear_attention_backward_op(
     empty tensor for an input that is None)."""
     inputs = (q, kv, pos, s, dwc_map, dwc_weight, dwc_bias)
     if not kernels_run_on(q.device):
-        return _eager_grads(focused_linear_attention_eager, grad, inputs,
+        return eager_grads(focused_linear_attention_eager, grad, inputs,
                             (hw, num_heads, focusing_factor))
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dkv = torch.empty(kv.shape, device=kv.device, dtype=kv.dtype)
     C = q.shape[-1]
     q, k, v, pos_t, s_t, inv_n, w = _focused_args(q, kv, pos, s, dwc_weight)
-    dwc_map = _rows(dwc_map)
+    dwc_map = rows(dwc_map)
     _, state, ksum = _launch_forward(q, k, v, pos_t, s_t, None, dwc_map, w,
                                      dwc_bias, hw, num_heads,
                                      focusing_factor, inv_n, inv_n,
                                      _FLATTEN_EPS, _NO_CLAMP, True, kv.dtype)
     dpos, ds, dmap, dw, db, _ = _launch_backward(
-        _rows(grad), q, k, v, pos_t, s_t, None, dwc_map, w, dwc_bias, state,
+        rows(grad), q, k, v, pos_t, s_t, None, dwc_map, w, dwc_bias, state,
         ksum, hw, num_heads, focusing_factor, inv_n, inv_n, _FLATTEN_EPS,
         _NO_CLAMP, True, dq, dkv[..., :C], dkv[..., C:])
     empty = q.new_empty(0)
@@ -325,39 +315,8 @@ def _(grad, q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
             torch.empty_like(dwc_weight), torch.empty_like(dwc_bias)]
 
 
-def _eager_grads(function, grad, inputs, constants) -> List[torch.Tensor]:
-    """The gradients of ``function(*inputs, *constants)`` by autograd (the
-    CPU path of a backward op): an empty tensor for a None input."""
-    with torch.enable_grad():
-        leaves = [None if t is None else t.detach().requires_grad_()
-                  for t in inputs]
-        out = function(*leaves, *constants)
-        wanted = [t for t in leaves if t is not None]
-        grads = iter(torch.autograd.grad(out, wanted, grad,
-                                         allow_unused=True))
-    result = []
-    for t in leaves:
-        g = None if t is None else next(grads)
-        result.append(grad.new_empty(0) if t is None else
-                      torch.zeros_like(t) if g is None else g)
-    return result
-
-
-def _save_inputs(ctx, inputs, output):
-    ctx.save_for_backward(*(t for t in inputs if isinstance(t, torch.Tensor)))
-    ctx.tensor_slots = [isinstance(t, torch.Tensor) for t in inputs]
-    ctx.constants = [t for t in inputs if not isinstance(t, torch.Tensor)]
-
-
-def _saved(ctx) -> list:
-    """The op's inputs again, Nones included."""
-    tensors, constants = iter(ctx.saved_tensors), iter(ctx.constants)
-    return [next(tensors) if slot else next(constants)
-            for slot in ctx.tensor_slots]
-
-
 def _focused_backward(ctx, grad):
-    q, kv, pos, s, dwc_map, w, b, hw, heads, p = _saved(ctx)
+    q, kv, pos, s, dwc_map, w, b, hw, heads, p = saved_inputs(ctx)
     grads = focused_linear_attention_backward_op(grad, q, kv, pos, s,
                                                  dwc_map, w, b, hw, heads, p)
     grads[2] = None if pos is None else grads[2]
@@ -366,7 +325,7 @@ def _focused_backward(ctx, grad):
 
 
 focused_linear_attention_op.register_autograd(_focused_backward,
-                                              setup_context=_save_inputs)
+                                              setup_context=save_inputs)
 
 
 @torch.library.custom_op('vitattn::relu_linear_attention', mutates_args=())
@@ -377,7 +336,7 @@ def relu_linear_attention_op(qkv: torch.Tensor, temperature: torch.Tensor,
     if not kernels_run_on(qkv.device):
         return relu_linear_attention_eager(qkv, temperature, num_heads,
                                            denominator_min)
-    qkv = _rows(qkv)
+    qkv = rows(qkv)
     C = qkv.shape[-1] // 3
     out, _, _ = _launch_forward(
         qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:], None, None,
@@ -399,9 +358,9 @@ def relu_linear_attention_backward_op(
         num_heads: int, denominator_min: float) -> List[torch.Tensor]:
     """Gradients of ``qkv`` and ``temperature``."""
     if not kernels_run_on(qkv.device):
-        return _eager_grads(relu_linear_attention_eager, grad,
+        return eager_grads(relu_linear_attention_eager, grad,
                             (qkv, temperature), (num_heads, denominator_min))
-    qkv = _rows(qkv)
+    qkv = rows(qkv)
     C = qkv.shape[-1] // 3
     q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
     temp = temperature.reshape(-1).contiguous()
@@ -410,7 +369,7 @@ def relu_linear_attention_backward_op(
                                      denominator_min, False, qkv.dtype)
     dqkv = torch.empty(qkv.shape, device=qkv.device, dtype=qkv.dtype)
     *_, dstate = _launch_backward(
-        _rows(grad), q, k, v, None, None, temp, None, None, None, state,
+        rows(grad), q, k, v, None, None, temp, None, None, None, state,
         ksum, (1, 1), num_heads, 1., 1., 1., 0., denominator_min, False,
         dqkv[..., :C], dqkv[..., C:2 * C], dqkv[..., 2 * C:])
     # dS is w.r.t. T * S: the temperature's gradient is <dS, S>.
@@ -424,14 +383,14 @@ def _(grad, qkv, temperature, num_heads, denominator_min):
 
 
 def _relu_backward(ctx, grad):
-    qkv, temperature, heads, dmin = _saved(ctx)
+    qkv, temperature, heads, dmin = saved_inputs(ctx)
     dqkv, dtemp = relu_linear_attention_backward_op(grad, qkv, temperature,
                                                     heads, dmin)
     return dqkv, dtemp, None, None
 
 
 relu_linear_attention_op.register_autograd(_relu_backward,
-                                           setup_context=_save_inputs)
+                                           setup_context=save_inputs)
 
 # ----------------------------------------------------------- FLOP counts
 

@@ -147,12 +147,31 @@ def softmax_attention(q: torch.Tensor,
         out = probs.to(v.dtype) @ v
         return (out, logits) if return_logits else out
     term = window_logit_bias(bias, mask, q.shape[0])
-    if term is not None and term.dtype != torch.bool:
-        term = term.to(q.dtype)
-    q, k, v = _by_window(mask, q, k, v)
-    out = F.scaled_dot_product_attention(
+    if term is not None:
+        keys = term.shape[-1]
+        if term.dtype != torch.bool:
+            term = aligned_rows(term.to(q.dtype))
+        if mask is not None:  # per image's windows -> per batch entry
+            term = term.expand(q.shape[0] // mask.shape[0],
+                               *term.shape[-4:]).flatten(0, 1)
+        term = term[..., :keys]
+    return F.scaled_dot_product_attention(
         q, k, v, attn_mask=term, dropout_p=dropout_p, scale=scale)
-    return out if mask is None else out.flatten(0, 1)
+
+
+#: Row alignment (elements) of an additive mask that the fused GPU kernel
+#: (memory-efficient attention) reads in place; it pads others first.
+MASK_ALIGNMENT = 16
+
+
+def aligned_rows(bias: torch.Tensor) -> torch.Tensor:
+    """``bias`` padded with columns up to ``MASK_ALIGNMENT`` (slice them off
+    for the values): padded at the size it has, not inside the fused kernel
+    after it has been broadcast to the whole batch. Unchanged when its rows
+    are aligned already (or broadcast)."""
+    if bias.dim() < 2 or bias.stride(-2) % MASK_ALIGNMENT == 0:
+        return bias
+    return F.pad(bias, (0, -bias.shape[-1] % MASK_ALIGNMENT))
 
 
 def softmax_query(q: torch.Tensor,

@@ -9,12 +9,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...ops import (check_backend, key_norm_logits,
+                    mean_shift_attention_eager, mean_shift_attention_op,
+                    split_parts, uses_fused_op)
 from ...registry import ATTENTIONS
 from ..layers.common import to_2tuple_int
 from ..layers.windows import RelativePositionBias
 from .base import AttentionOutput, Grid, QueryAttention, TokenAttention
-from .functional import (check_heads, merge_heads, softmax_attention,
-                         softmax_query)
+from .functional import check_heads, softmax_query
 
 
 class GroupedLinear(nn.Linear):
@@ -130,6 +132,11 @@ class MeanShiftAttention(TokenAttention):
         fused (bool): Use scaled_dot_product_attention. Default: True.
         attn_drop (float): Dropout of the attention weights. Default: 0.
         proj_drop (float): Dropout after ``proj``. Default: 0.
+        attn_backend (str): 'auto', 'eager' or 'triton': the eager
+            composition or the fused op (:mod:`vitattn_mm.ops`; the same
+            weights and outputs). The op takes no attention dropout: a
+            training step with ``attn_drop > 0`` runs eagerly. Default:
+            'auto'.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
@@ -154,9 +161,11 @@ class MeanShiftAttention(TokenAttention):
                  fused: bool = True,
                  attn_drop: float = 0.,
                  proj_drop: float = 0.,
+                 attn_backend: str = 'auto',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.head_dims = check_heads(embed_dims, num_heads)
+        self.attn_backend = check_backend(attn_backend)
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.scale = self.head_dims**-0.5
@@ -186,42 +195,32 @@ class MeanShiftAttention(TokenAttention):
         ``hw_shape`` is not needed; ``mask`` is Swin's ``(num_windows, N,
         N)`` shift mask.
         """
-        parts = self._split(x)
-        q, k, v = parts[0], parts[1], parts[2]
-        bias = None
-        if self.relative_position_bias is not None:
-            bias = self.relative_position_bias()
-        out = softmax_attention(
-            q, k, v, self._logit_bias(k, bias), mask, self.scale,
-            dropout_p=self.attn_drop if self.training else 0.,
-            fused=self.fused)
-        if self.mean_shift:
-            out = out - parts[3]
-        return self.proj_drop(self.proj(merge_heads(out))), state
-
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
-        """q, k, v (and p) of ``(B, N, C)`` tokens: ``(parts, B, heads, N,
-        d)``."""
-        B, N, _ = x.shape
-        return self.qkv(x).view(B, N, self.num_parts, self.num_heads,
-                                self.head_dims).permute(2, 0, 3, 1, 4)
-
-    def _logit_bias(self, k: torch.Tensor,
-                    bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        """Adds MSF's key-norm term ``-||k||^2 / 2 d^-1/2`` to ``bias``."""
-        if not self.mean_shift:
-            return bias
-        key_bias = k.pow(2).sum(-1).unsqueeze(-2) * (-0.5 * self.scale)
-        return key_bias if bias is None else bias + key_bias
+        bias = None if self.relative_position_bias is None else \
+            self.relative_position_bias()
+        dropout = self.attn_drop if self.training else 0.
+        qkv = self.qkv(x)
+        # The op takes no attention dropout and an additive mask only.
+        fusable = self.fused and not dropout and (
+            mask is None or mask.is_floating_point())
+        if fusable and uses_fused_op(self.attn_backend, x.device):
+            out = mean_shift_attention_op(qkv, bias, mask, self.num_heads,
+                                          self.scale, self.mean_shift)
+        else:
+            out = mean_shift_attention_eager(qkv, bias, mask, self.num_heads,
+                                             self.scale, self.mean_shift,
+                                             dropout, self.fused)
+        return self.proj_drop(self.proj(out)), state
 
     @torch.no_grad()
     def query_attention(self, x: torch.Tensor, hw_shape: Grid,
                         index: int) -> QueryAttention:
         """The softmax weights of query ``index`` (Gaussian kernel, or dot
         product with ``mean_shift=False``) over the whole map."""
-        parts = self._split(x[:1].float())
-        q, k = parts[0][0], parts[1][0]
-        bias = self._logit_bias(k, q.new_zeros(1, 1, k.shape[1]))[:, -1]
+        q, k, *_ = split_parts(self.qkv(x[:1].float()), self.num_heads,
+                               self.num_parts)
+        q, k = q[0], k[0]  # the first image
+        bias = key_norm_logits(k, self.scale)[:, 0] if self.mean_shift \
+            else k.new_zeros(k.shape[:2])
         if self.relative_position_bias is not None:
             bias = bias + self.relative_position_bias()[:, index]
         return softmax_query(q, k, index, hw_shape, self.scale, bias)

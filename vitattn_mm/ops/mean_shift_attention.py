@@ -1,0 +1,214 @@
+"""Mean-shift attention as a custom op (``torch.ops.vitattn``).
+
+``softmax((q k^T - ||k||^2 / 2) s + bias + mask) v - p`` per head, from
+the packed ``(B, N, parts * C)`` projection (q, k, v and, with the mean
+shift, the probe p) to the ``(B, N, C)`` output with the heads merged: one
+op each way where the eager composition runs a key-norm reduction, a
+broadcast bias the fused SDPA kernel must read at full size (and write at
+full size in its backward), the probe's subtraction and the head merge.
+As :mod:`.linear_attention`: the eager composition is the reference and
+the CPU path, the shape function serves ``torch.compile`` and the cost
+model, the kernels (:mod:`.triton_mean_shift_attention`) run on CUDA (and
+on the CPU under ``TRITON_INTERPRET=1``).
+"""
+from typing import List, Optional, Tuple
+
+import torch
+from torch.utils.flop_counter import (register_flop_formula,
+                                      sdpa_backward_flop_count,
+                                      sdpa_flop_count)
+
+from .backend import interpreting, kernels_run_on
+from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
+
+
+def split_parts(qkv: torch.Tensor, num_heads: int,
+                parts: int) -> Tuple[torch.Tensor, ...]:
+    """q, k, v (and p) of the packed ``(B, N, parts * C)`` projection, each
+    ``(B, heads, N, d)``: unbound, so the backward stacks their gradients
+    in one tensor (indexing each part would fill a zero tensor per part)."""
+    B, N, width = qkv.shape
+    return qkv.view(B, N, parts, num_heads,
+                    width // parts // num_heads).permute(2, 0, 3, 1,
+                                                         4).unbind(0)
+
+
+def key_norm_logits(k: torch.Tensor, scale: float) -> torch.Tensor:
+    """MSF's key term of the logits, ``-||k||^2 s / 2``: ``(..., 1, N)``,
+    the same for every query (the ``||q||^2`` term of the Gaussian kernel
+    cancels in the softmax)."""
+    return k.pow(2).sum(-1).unsqueeze(-2) * (-0.5 * scale)
+
+
+def mean_shift_attention_eager(qkv: torch.Tensor,
+                               bias: Optional[torch.Tensor],
+                               mask: Optional[torch.Tensor],
+                               num_heads: int,
+                               scale: float,
+                               mean_shift: bool,
+                               dropout_p: float = 0.,
+                               fused: bool = True) -> torch.Tensor:
+    """The eager composition (the module's own computation).
+
+    Args:
+        qkv (Tensor): ``(B, N, parts * C)``: q, k, v (and p).
+        bias (Tensor, optional): ``(heads, N, N)`` added to the logits of
+            every image (Swin's relative position bias).
+        mask (Tensor, optional): ``(nW, N, N)`` additive mask of the
+            windows, the batch holding each image's ``nW`` windows in turn.
+        num_heads (int): Heads.
+        scale (float): Logit scale.
+        mean_shift (bool): The key-norm term and the probe (4 parts); else
+            softmax attention (3 parts).
+        dropout_p (float): Dropout of the attention weights (the eager
+            path only). Default: 0.
+        fused (bool): PyTorch's fused SDPA; False: matmul, softmax,
+            matmul. Default: True.
+
+    Returns:
+        Tensor: ``(B, N, C)``.
+    """
+    # The module's functions, imported here: the models import this
+    # package, not the other way round.
+    from ..models.attentions.functional import merge_heads, softmax_attention
+    q, k, v, *probe = split_parts(qkv, num_heads, 4 if mean_shift else 3)
+    if mean_shift:
+        key_bias = key_norm_logits(k, scale)
+        bias = key_bias if bias is None else bias + key_bias
+    out = softmax_attention(q, k, v, bias, mask, scale, dropout_p=dropout_p,
+                            fused=fused)
+    if mean_shift:
+        out = out - probe[0]
+    return merge_heads(out)
+
+
+def _kernels():
+    from . import triton_mean_shift_attention
+    return triton_mean_shift_attention
+
+
+def _launch(qkv, bias, mask, num_heads, scale, mean_shift, write_out=True):
+    """The forward kernel: the output (None without ``write_out``) and the
+    rows' log-sum-exp."""
+    tk = _kernels()
+    B, N, width = qkv.shape
+    C = width // (4 if mean_shift else 3)
+    D = C // num_heads
+    out = qkv.new_empty(B, N, C) if write_out else None
+    lse = torch.empty(B * num_heads, N, device=qkv.device,
+                      dtype=torch.float32)
+    grid = (-(-N // tk.BLOCK), B * num_heads)
+    tk.forward_kernel[grid](
+        qkv, qkv.stride(0), qkv.stride(1), qkv if bias is None else bias,
+        qkv if mask is None else mask, qkv if out is None else out,
+        C if out is None else out.stride(0), 1 if out is None else
+        out.stride(1),
+        lse, N, C, num_heads, 1 if mask is None else mask.shape[0],
+        float(scale), D, MEAN_SHIFT=mean_shift, HAS_BIAS=bias is not None,
+        HAS_MASK=mask is not None, BLOCK_M=tk.BLOCK, BLOCK_N=tk.BLOCK,
+        BLOCK_D=block_d(D), UPCAST=_upcast(qkv), WRITE_OUT=write_out)
+    return out, lse
+
+
+def _upcast(qkv: torch.Tensor) -> bool:
+    """Products in fp32 where Triton's interpreter gets bf16 ones wrong."""
+    return qkv.dtype == torch.bfloat16 and interpreting()
+
+
+@torch.library.custom_op('vitattn::mean_shift_attention', mutates_args=())
+def mean_shift_attention_op(qkv: torch.Tensor, bias: Optional[torch.Tensor],
+                            mask: Optional[torch.Tensor], num_heads: int,
+                            scale: float, mean_shift: bool) -> torch.Tensor:
+    """:func:`mean_shift_attention_eager` as one op."""
+    if not kernels_run_on(qkv.device):
+        return mean_shift_attention_eager(qkv, bias, mask, num_heads, scale,
+                                          mean_shift)
+    return _launch(rows(qkv), _contiguous(bias), _contiguous(mask),
+                   num_heads, scale, mean_shift)[0]
+
+
+def _contiguous(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if t is None else t.contiguous()
+
+
+@mean_shift_attention_op.register_fake
+def _(qkv, bias, mask, num_heads, scale, mean_shift):
+    B, N, width = qkv.shape
+    return qkv.new_empty(B, N, width // (4 if mean_shift else 3))
+
+
+@torch.library.custom_op('vitattn::mean_shift_attention_backward',
+                         mutates_args=())
+def mean_shift_attention_backward_op(
+        grad: torch.Tensor, qkv: torch.Tensor, bias: Optional[torch.Tensor],
+        mask: Optional[torch.Tensor], num_heads: int, scale: float,
+        mean_shift: bool) -> List[torch.Tensor]:
+    """Gradients of ``qkv`` and ``bias`` (empty without a bias). The
+    mask is a constant."""
+    if not kernels_run_on(qkv.device):
+        return eager_grads(mean_shift_attention_eager, grad, (qkv, bias),
+                            (mask, num_heads, scale, mean_shift))
+    tk = _kernels()
+    qkv, bias, mask, grad = (rows(qkv), _contiguous(bias),
+                             _contiguous(mask), rows(grad))
+    _, lse = _launch(qkv, bias, mask, num_heads, scale, mean_shift,
+                     write_out=False)
+    B, N, width = qkv.shape
+    C = width // (4 if mean_shift else 3)
+    D = C // num_heads
+    delta = torch.empty_like(lse)
+    grid = (-(-N // tk.BLOCK), B * num_heads)
+    flags = dict(MEAN_SHIFT=mean_shift, BLOCK_D=block_d(D),
+                 UPCAST=_upcast(qkv))
+    dqkv = torch.empty(qkv.shape, device=qkv.device, dtype=qkv.dtype)
+    dbias = torch.zeros(bias.shape if bias is not None else (1, ),
+                        device=qkv.device, dtype=torch.float32)
+    shared = (qkv, qkv.stride(0), qkv.stride(1),
+              qkv if bias is None else bias, qkv if mask is None else mask,
+              grad, grad.stride(0), grad.stride(1), lse, delta, dqkv,
+              dqkv.stride(0), dqkv.stride(1))
+    sizes = (N, C, num_heads, 1 if mask is None else mask.shape[0],
+             float(scale), D)
+    flags.update(HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
+                 BLOCK_M=tk.BLOCK, BLOCK_N=tk.BLOCK)
+    tk.query_backward_kernel[grid](*shared, *sizes, **flags)  # delta first
+    tk.key_backward_kernel[grid](*shared, dbias, *sizes,
+                                 BIAS_GRAD=bias is not None, **flags)
+    return [dqkv, qkv.new_empty(0) if bias is None else dbias.to(bias.dtype)]
+
+
+@mean_shift_attention_backward_op.register_fake
+def _(grad, qkv, bias, mask, num_heads, scale, mean_shift):
+    return [torch.empty_like(qkv),
+            qkv.new_empty(0) if bias is None else torch.empty_like(bias)]
+
+
+def _backward(ctx, grad):
+    qkv, bias, mask, heads, scale, mean_shift = saved_inputs(ctx)
+    dqkv, dbias = mean_shift_attention_backward_op(grad, qkv, bias, mask,
+                                                   heads, scale, mean_shift)
+    return dqkv, None if bias is None else dbias, None, None, None, None
+
+
+mean_shift_attention_op.register_autograd(_backward,
+                                          setup_context=save_inputs)
+
+
+def _attention_shapes(qkv, num_heads, mean_shift):
+    B, N, width = qkv
+    D = width // (4 if mean_shift else 3) // num_heads
+    return (B, num_heads, N, D)
+
+
+@register_flop_formula(torch.ops.vitattn.mean_shift_attention)
+def _flops(qkv, bias, mask, num_heads, scale, mean_shift, *args,
+           out_shape=None, **kwargs) -> int:
+    shape = _attention_shapes(qkv, num_heads, mean_shift)
+    return sdpa_flop_count(shape, shape, shape)
+
+
+@register_flop_formula(torch.ops.vitattn.mean_shift_attention_backward)
+def _backward_flops(grad, qkv, bias, mask, num_heads, scale, mean_shift,
+                    *args, out_shape=None, **kwargs) -> int:
+    shape = _attention_shapes(qkv, num_heads, mean_shift)
+    return sdpa_backward_flop_count(shape, shape, shape, shape)
