@@ -17,7 +17,9 @@ from vitattn_mm.ops import (focused_linear_attention_eager,
                             mean_shift_attention_eager,
                             mean_shift_attention_op,
                             relu_linear_attention_eager,
-                            relu_linear_attention_op)
+                            relu_linear_attention_op, score_conv_eager,
+                            score_conv_op, softmax_apply_eager,
+                            softmax_apply_op)
 from vitattn_mm.models.layers import shifted_window_mask
 
 pytestmark = pytest.mark.skipif(
@@ -210,6 +212,72 @@ def test_mean_shift_attention_fp16_finite_where_eager_is():
     assert torch.isfinite(fused).all()
 
 
+@pytest.mark.parametrize('case', [
+    dict(heads=2, query_hw=(3, 5), key_hw=(2, 3)),  # PVT: keys reduced
+    dict(heads=1, query_hw=(4, 4), key_hw=(4, 4)),  # Swin's windows
+    dict(heads=1, query_hw=(2, 5), key_hw=(3, 3), kernel=5),
+    dict(heads=1, query_hw=(4, 5), key_hw=(7, 10)),  # 2 x 2 tiles
+    dict(heads=2, query_hw=(3, 4), key_hw=(2, 2), dtypes=True),
+])
+def test_score_conv(case):
+    """Less-Attention's two depthwise convolutions of every head's map
+    (tiles of 16 queries x 64 keys; the interpreter takes seconds a
+    tile, so the maps are small)."""
+    g = torch.Generator().manual_seed(0)
+    h, kernel = case['heads'], case.get('kernel', 3)
+    Nq = case['query_hw'][0] * case['query_hw'][1]
+    Nk = case['key_hw'][0] * case['key_hw'][1]
+    inputs = [torch.randn(1, h, Nq, Nk, generator=g),
+              torch.randn(h, 1, kernel, kernel, generator=g),
+              torch.randn(h, 1, kernel, kernel, generator=g)]
+    constants = [list(case['query_hw']), list(case['key_hw'])]
+    errors = compare(score_conv_op, score_conv_eager, inputs, constants)
+    assert max(errors.values()) <= 1e-5, errors
+    assert set(errors) == {'out', 0, 1, 2}
+    for dtype in (torch.bfloat16, torch.float16) if case.get('dtypes') \
+            else ():
+        low = [inputs[0].to(dtype), *inputs[1:]]
+        errors = compare(score_conv_op, score_conv_eager, low, constants,
+                         autocast=dtype)
+        assert max(errors.values()) <= TOLERANCE[dtype], (dtype, errors)
+
+
+@pytest.mark.parametrize('case', [
+    dict(B=2, heads=3, Nq=35, Nk=12, d=32),  # queries on a larger grid
+    dict(B=2, heads=2, Nq=70, Nk=130, d=24),  # several tiles each way
+    dict(B=4, heads=2, Nq=49, Nk=49, d=32, shifted=True),  # Swin's mask
+])
+def test_softmax_apply(case):
+    """``softmax(logits + mask) v`` on given logits, values strided as
+    the layers pass them."""
+    g = torch.Generator().manual_seed(0)
+    B, h, Nq, Nk, d = (case[k] for k in ('B', 'heads', 'Nq', 'Nk', 'd'))
+    logits = torch.randn(B, h, Nq, Nk, generator=g) * 2
+    v = torch.randn(B, Nk, h, d, generator=g).transpose(1, 2)
+    mask = shifted_window_mask((14, 7), (7, 7), (3, 3), 'cpu') \
+        if case.get('shifted') else None
+    errors = compare(softmax_apply_op, softmax_apply_eager, [logits, v],
+                     [mask])
+    assert max(errors.values()) <= 1e-5, errors
+    for dtype in (torch.bfloat16, torch.float16):
+        errors = compare(softmax_apply_op, softmax_apply_eager,
+                         [logits.to(dtype), v.to(dtype)], [mask],
+                         autocast=dtype)
+        assert max(errors.values()) <= TOLERANCE[dtype], (dtype, errors)
+
+
+def test_softmax_apply_fp16_large_logits_stay_finite():
+    """Logits of 1e3 (fp16 holds them; their exponentials it does not):
+    finite wherever the eager softmax is."""
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(2, 2, 30, 40, generator=g) * 1e3).half()
+    v = (torch.randn(2, 2, 40, 16, generator=g) * 1e3).half()
+    with torch.autocast('cpu', dtype=torch.float16):
+        fused = softmax_apply_op(logits, v, None)
+        eager = softmax_apply_eager(logits, v, None)
+    assert torch.isfinite(fused[torch.isfinite(eager)]).all()
+
+
 def test_ops_pass_torch_library_opcheck():
     """Schema, fake (meta) implementation and autograd registration as
     torch.library checks them, on the kernels' inputs."""
@@ -223,6 +291,16 @@ def test_ops_pass_torch_library_opcheck():
                           (*mean_shift_inputs(C=32), mask, 2, 0.25, True),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))
+    torch.library.opcheck(score_conv_op,
+                          (torch.randn(2, 2, 6, 4), torch.randn(2, 1, 3, 3),
+                           torch.randn(2, 1, 3, 3), [2, 3], [2, 2]),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
+    torch.library.opcheck(softmax_apply_op,
+                          (torch.randn(4, 2, 49, 49),
+                           torch.randn(4, 2, 49, 8), mask),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
     torch.library.opcheck(relu_linear_attention_op,
                           (*relu_inputs(N=5, C=32, heads=2), 2, 1.),
                           test_utils=('test_schema', 'test_faketensor',
@@ -234,7 +312,9 @@ def test_ops_pass_torch_library_opcheck():
     pytest.param('FLattenPVTv2', marks=pytest.mark.slow),
     pytest.param('FLattenCSwinTransformer', marks=pytest.mark.slow),
     pytest.param('FLattenDeiT', marks=pytest.mark.slow), 'L2ViT',
-    'MSFSwinTransformer', pytest.param('MSFViT', marks=pytest.mark.slow)
+    'MSFSwinTransformer', pytest.param('MSFViT', marks=pytest.mark.slow),
+    pytest.param('LaViT', marks=pytest.mark.slow),
+    pytest.param('LessAttnSwinTransformer', marks=pytest.mark.slow)
 ])
 def test_backbones_train_the_same_with_either_backend(name):
     """A training step of a tiny backbone with the fused ops (their
@@ -265,3 +345,42 @@ def test_backbones_train_the_same_with_either_backend(name):
         error = (a.double() - b.double()).pow(2).mean().sqrt()
         assert error <= 1e-4 * max(scale, b.double().pow(2).mean().sqrt()), \
             key
+
+
+def test_onnx_export_takes_the_eager_path(tmp_path):
+    """A model built for the fused ops exports (ONNX knows aten ops, not
+    ``torch.ops.vitattn``) and keeps its backend after the export."""
+    from tiny_backbones import build_tiny
+    from vitattn_mm.deployment.onnx_export import export_onnx
+    model = build_tiny('FLattenPVT', attn_backend='triton')
+    export_onnx(model, str(tmp_path / 'model.onnx'), (64, 64))
+    import onnx
+    graph = onnx.load(str(tmp_path / 'model.onnx')).graph
+    assert not [n.op_type for n in graph.node if 'vitattn' in n.domain]
+    assert {m.attn_backend for m in model.modules()
+            if hasattr(m, 'attn_backend')} == {'triton'}
+
+
+def test_fused_ops_compile_in_one_graph():
+    """``torch.compile`` traces the fused ops through their shape functions
+    (no graph break; forward and backward), and the compiled step gives
+    the eager one's output and gradients."""
+    from vitattn_mm.models.attentions import (FocusedLinearAttention,
+                                              MeanShiftAttention)
+    torch.manual_seed(0)
+    for attn, hw in ((FocusedLinearAttention(32, 2, grid_size=(4, 6),
+                                             sr_ratio=2,
+                                             attn_backend='triton'), (4, 6)),
+                     (MeanShiftAttention(32, 2, window_size=(4, 4),
+                                         attn_backend='triton'), (4, 4))):
+        x = torch.randn(2, hw[0] * hw[1], 32, requires_grad=True)
+        compiled = torch.compile(lambda t: attn(t, hw)[0], fullgraph=True,
+                                 backend='aot_eager')
+        out = compiled(x)
+        out.sum().backward()
+        grad, x.grad = x.grad, None
+        attn.attn_backend = 'eager'
+        ref = attn(x, hw)[0]
+        ref.sum().backward()
+        assert relative_rmse(out, ref) <= 1e-5
+        assert relative_rmse(grad, x.grad) <= 1e-5

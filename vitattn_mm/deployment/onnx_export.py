@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops import eager_attention
+
 #: Exporters :func:`export_onnx` knows.
 EXPORTERS = ('torchscript', 'dynamo')
 
@@ -156,7 +158,9 @@ def export_onnx(model: nn.Module,
 
     The model is put in eval mode. With ``dynamic`` the batch, height and
     width of the input (and of every output) are symbolic, so ONNX Runtime
-    runs the file at any size the model accepts.
+    runs the file at any size the model accepts. Attentions export their
+    eager composition whatever their ``attn_backend`` (ONNX knows no
+    custom op of this package).
 
     Args:
         model (nn.Module): Module mapping ``(B, C, H, W)`` images to a
@@ -177,6 +181,11 @@ def export_onnx(model: nn.Module,
     if len(shape) != 2:
         raise ValueError(f'shape must be (H, W), got {tuple(shape)}')
     model.eval()
+    with eager_attention(model):
+        return _export(model, path, shape, dynamic, exporter, opset, batch)
+
+
+def _export(model, path, shape, dynamic, exporter, opset, batch):
     param = next(model.parameters(), None)
     in_channels = _input_channels(model)
     x = torch.randn(batch, in_channels, *shape,

@@ -1,7 +1,8 @@
 """Fused attention kernels as custom ops (``torch.ops.vitattn``), each with
 its eager composition, a shape function and Triton kernels; and the
 ``attn_backend`` choice between them (:mod:`.backend`)."""
-from .backend import BACKENDS, check_backend, kernels_run_on, uses_fused_op
+from .backend import (BACKENDS, check_backend, eager_attention,
+                      kernels_run_on, uses_fused_op)
 from .linear_attention import (focused_features,
                                focused_linear_attention_eager,
                                focused_linear_attention_op,
@@ -10,11 +11,16 @@ from .linear_attention import (focused_features,
 from .mean_shift_attention import (key_norm_logits,
                                    mean_shift_attention_eager,
                                    mean_shift_attention_op, split_parts)
+from .score_conv import score_conv_eager, score_conv_op
+from .softmax_apply import softmax_apply_eager, softmax_apply_op
 
 __all__ = [
-    'BACKENDS', 'check_backend', 'kernels_run_on', 'uses_fused_op',
+    'BACKENDS', 'check_backend', 'eager_attention', 'kernels_run_on',
+    'uses_fused_op',
     'focused_features', 'focused_linear_attention_eager',
     'focused_linear_attention_op', 'relu_linear_attention_eager',
     'relu_linear_attention_op', 'mean_shift_attention_eager',
-    'mean_shift_attention_op', 'key_norm_logits', 'split_parts'
+    'mean_shift_attention_op', 'key_norm_logits', 'split_parts',
+    'score_conv_eager', 'score_conv_op', 'softmax_apply_eager',
+    'softmax_apply_op'
 ]

@@ -12,12 +12,14 @@ its fused custom op (Triton kernels).
 * ``'auto'``: Triton on CUDA tensors when ``triton`` imports, eager
   otherwise. The choice is logged once per process.
 """
+import contextlib
 import functools
 import importlib
 import os
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
+import torch.nn as nn
 from mmengine.logging import print_log
 
 BACKENDS = ('auto', 'eager', 'triton')
@@ -71,3 +73,19 @@ def uses_fused_op(backend: str, device: torch.device) -> bool:
         print_log(f"attn_backend='auto' on {device.type}: "
                   f"{'triton' if fused else 'eager'}{why}", logger='current')
     return fused
+
+
+@contextlib.contextmanager
+def eager_attention(model: nn.Module) -> Iterator[nn.Module]:
+    """Every attention of ``model`` on its eager composition inside the
+    context (ONNX export: an exporter knows aten ops, not this package's
+    custom ops), its own ``attn_backend`` again after."""
+    saved = [(m, m.attn_backend) for m in model.modules()
+             if isinstance(getattr(m, 'attn_backend', None), str)]
+    try:
+        for module, _ in saved:
+            module.attn_backend = 'eager'
+        yield model
+    finally:
+        for module, backend in saved:
+            module.attn_backend = backend

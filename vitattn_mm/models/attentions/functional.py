@@ -97,6 +97,17 @@ def masked_softmax(logits: torch.Tensor,
     return add_logit_bias(logits, None, mask).softmax(dim=-1)
 
 
+def attention_logits(q: torch.Tensor, k: torch.Tensor,
+                     bias: Optional[torch.Tensor] = None,
+                     scale: Optional[float] = None) -> torch.Tensor:
+    """``q k^T * scale + bias`` of ``(B, heads, N, d)`` queries and keys,
+    written out (``bias`` as :func:`softmax_attention` takes it, without a
+    mask)."""
+    scale = q.shape[-1]**-0.5 if scale is None else scale
+    return add_logit_bias((q * scale) @ k.transpose(-2, -1),
+                          None if bias is None else bias.to(q.dtype))
+
+
 def softmax_attention(q: torch.Tensor,
                       k: torch.Tensor,
                       v: torch.Tensor,
@@ -104,15 +115,15 @@ def softmax_attention(q: torch.Tensor,
                       mask: Optional[torch.Tensor] = None,
                       scale: Optional[float] = None,
                       dropout_p: float = 0.,
-                      fused: bool = True,
-                      return_logits: bool = False):
+                      fused: bool = True) -> torch.Tensor:
     """``softmax(q k^T * scale + bias + mask) v`` over ``(B, heads, N, d)``.
 
     The one softmax-attention kernel of the package: PyTorch's fused
     ``scaled_dot_product_attention`` (which both ONNX exporters translate
     at symbolic sizes), or with ``fused=False`` the same written as matmul,
-    softmax, matmul, whose logits a caller may keep (``return_logits``:
-    Less-Attention's VA layers hand them to the LA layer after them).
+    softmax, matmul. On a GPU the fused kernel needs 4-D inputs: windows
+    with a per-window mask get their bias broadcast to the batch, padded to
+    aligned rows first (:func:`aligned_rows`).
 
     Args:
         q (Tensor): ``(B, heads, N_q, d)`` queries.
@@ -127,25 +138,15 @@ def softmax_attention(q: torch.Tensor,
         scale (float, optional): Default: ``d ** -0.5``.
         dropout_p (float): Dropout of the attention weights. Default: 0.
         fused (bool): Use the fused kernel. Default: True.
-        return_logits (bool): Also return ``q k^T * scale + bias`` (without
-            the mask), ``(B, heads, N_q, N_k)``; needs ``fused=False``.
-            Default: False.
 
     Returns:
-        Tensor | tuple: ``(B, heads, N_q, d_v)``, and the logits.
+        Tensor: ``(B, heads, N_q, d_v)``.
     """
-    if return_logits and fused:
-        raise ValueError('return_logits needs fused=False: the fused kernel '
-                         'keeps no logits')
     if not fused:
-        scale = q.shape[-1]**-0.5 if scale is None else scale
-        logits = add_logit_bias((q * scale) @ k.transpose(-2, -1),
-                                None if bias is None else bias.to(q.dtype))
-        probs = masked_softmax(logits, mask)
+        probs = masked_softmax(attention_logits(q, k, bias, scale), mask)
         if dropout_p:
             probs = F.dropout(probs, dropout_p)
-        out = probs.to(v.dtype) @ v
-        return (out, logits) if return_logits else out
+        return probs.to(v.dtype) @ v
     term = window_logit_bias(bias, mask, q.shape[0])
     if term is not None:
         keys = term.shape[-1]

@@ -16,21 +16,34 @@ from typing import List, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
+from ....ops import (check_backend, softmax_apply_eager, softmax_apply_op,
+                     uses_fused_op)
 from ....registry import ATTENTIONS
 from ...layers.padding import grid_after_stride
 from ...layers.common import to_2tuple_int
 from ...layers.windows import RelativePositionBias
 from ..base import AttentionOutput, AttentionState, Grid, QueryAttention
-from ..functional import (masked_softmax, softmax_attention, softmax_query,
-                          split_heads)
+from ..functional import (attention_logits, softmax_attention,
+                          softmax_query, split_heads)
 from ..spatial_reduction import SpatialReduction, SpatialReductionAttention
 from .loss import DP_LOSS_FORMS
 from .plan import less_attention_layers
 from .residual import build_attention_residual
 from .state import as_less_attention_state
 from .transforms import build_attention_transform
+
+
+def apply_softmax(logits: torch.Tensor, v: torch.Tensor,
+                  mask: Optional[torch.Tensor], dropout_p: float,
+                  backend: str) -> torch.Tensor:
+    """``softmax(logits + mask) v``: the fused op (no probability map
+    stored) where ``backend`` chooses it, unless the attention weights are
+    dropped out or the mask is boolean (the op takes neither)."""
+    fusable = not dropout_p and (mask is None or mask.is_floating_point())
+    if fusable and uses_fused_op(backend, logits.device):
+        return softmax_apply_op(logits, v, mask)
+    return softmax_apply_eager(logits, v, mask, dropout_p)
 
 
 @ATTENTIONS.register_module()
@@ -65,6 +78,8 @@ class VanillaAttention(SpatialReductionAttention):
             (adds a relative position bias). Default: None.
         sr_padding (int | str): See :class:`SpatialReduction`.
             Default: 'corner'.
+        attn_backend (str): 'auto', 'eager' or 'triton': how the softmax of
+            a kept map is applied (:func:`apply_softmax`). Default: 'auto'.
         **kwargs: Other :class:`SpatialReductionAttention` arguments.
     """
     stateful = True
@@ -79,9 +94,11 @@ class VanillaAttention(SpatialReductionAttention):
                  residual: Optional[dict] = None,
                  window_size: Optional[Grid] = None,
                  sr_padding: Union[int, str] = 'corner',
+                 attn_backend: str = 'auto',
                  **kwargs):
         super().__init__(embed_dims, num_heads, sr_ratio, qkv_bias=qkv_bias,
                          sr_padding=sr_padding, **kwargs)
+        self.attn_backend = check_backend(attn_backend)
         if keep_logits not in (True, False, 'factors'):
             raise ValueError("keep_logits must be True, 'factors' or False, "
                              f'got {keep_logits!r}')
@@ -115,17 +132,18 @@ class VanillaAttention(SpatialReductionAttention):
         state = as_less_attention_state(state)
         q, k, v, kv_hw = self.project(x, hw_shape)
         bias = self.logit_bias(state, hw_shape, q.shape[0])
-        builds_map = self.keep_logits is True
-        out = softmax_attention(
-            q, k, v, bias, mask, self.scale,
-            dropout_p=self.attn_drop if self.training else 0.,
-            fused=not builds_map, return_logits=builds_map)
-        if not self.keep_logits:
-            return self.output(out), state.replace(logits=None, factors=None)
-        if builds_map:  # kept without the shift mask: an LA layer adds its own
-            out, logits = out
+        dropout = self.attn_drop if self.training else 0.
+        if self.keep_logits is True:  # the map an LA layer transforms next
+            # kept without the shift mask: an LA layer adds its own
+            logits = attention_logits(q, k, bias, self.scale)
+            out = apply_softmax(logits, v, mask, dropout, self.attn_backend)
             kept = dict(logits=logits, factors=None)
         else:
+            out = softmax_attention(q, k, v, bias, mask, self.scale,
+                                    dropout_p=dropout)
+            if not self.keep_logits:
+                return self.output(out), state.replace(logits=None,
+                                                       factors=None)
             kept = dict(logits=None, factors=(q * self.scale, k, bias))
         return self.output(out), state.replace(
             query_hw=tuple(hw_shape), key_hw=kv_hw, windows=1, **kept)
@@ -179,6 +197,9 @@ class LessAttention(SpatialReduction):
         sr_padding (int | str): See :class:`SpatialReduction`.
             Default: 'corner'.
         attn_drop (float): Dropout of the attention weights. Default: 0.
+        attn_backend (str): 'auto', 'eager' or 'triton': how the conv
+            transform convolves the logits (its fused op; see
+            :class:`ConvAttentionTransform`). Default: 'auto'.
         **kwargs: Other :class:`SpatialReduction` arguments.
     """
     stateful = True
@@ -196,10 +217,12 @@ class LessAttention(SpatialReduction):
                  dp_loss_form: str = 'bounded',
                  sr_padding: Union[int, str] = 'corner',
                  attn_drop: float = 0.,
+                 attn_backend: str = 'auto',
                  **kwargs):
         super().__init__(embed_dims, num_heads, sr_ratio,
                          sr_padding=sr_padding, **kwargs)
         self.attn_drop = attn_drop
+        self.attn_backend = check_backend(attn_backend)
         if dp_loss_form not in DP_LOSS_FORMS:
             raise ValueError(f'dp_loss_form must be one of '
                              f'{sorted(DP_LOSS_FORMS)}, got {dp_loss_form!r}')
@@ -207,6 +230,8 @@ class LessAttention(SpatialReduction):
         self.dp_loss_form = dp_loss_form
         self.v = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         if isinstance(transform, dict):
+            if transform.get('type') == 'conv':
+                transform = dict(transform, attn_backend=attn_backend)
             transform = build_attention_transform(
                 transform, num_heads, grid_size,
                 None if grid_size is None else grid_after_stride(
@@ -242,9 +267,9 @@ class LessAttention(SpatialReduction):
         v_tokens, v_hw = self.reduce(x, hw_shape)
         v = split_heads(self.v(v_tokens), self.num_heads)
         logits = self.transform(state.scores(), tuple(hw_shape), v_hw)
-        weights = F.dropout(masked_softmax(logits, mask), self.attn_drop,
-                            self.training)
-        out = weights.to(v.dtype) @ v
+        out = apply_softmax(logits, v, mask,
+                            self.attn_drop if self.training else 0.,
+                            self.attn_backend)
         maps = state.maps
         if self.dp_loss_weight > 0 and self.training and \
                 torch.is_grad_enabled():

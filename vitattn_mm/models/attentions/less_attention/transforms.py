@@ -8,8 +8,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
 
-from ...layers.size_aware import (token_depthwise_conv,
-                                   token_pointwise_conv)
+from ....ops import (check_backend, score_conv_eager, score_conv_op,
+                     uses_fused_op)
+from ...layers.size_aware import token_pointwise_conv
 from ..base import Grid
 
 
@@ -32,14 +33,19 @@ class ConvAttentionTransform(BaseModule):
         num_heads (int): Heads of the logits.
         kernel_size (int): Odd kernel size of both depthwise convs.
             Default: 3.
+        attn_backend (str): 'auto', 'eager' or 'triton': the two depthwise
+            convs per head eagerly, or as one fused op
+            (:func:`~vitattn_mm.ops.score_conv_op`). Default: 'auto'.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
     def __init__(self,
                  num_heads: int,
                  kernel_size: int = 3,
+                 attn_backend: str = 'auto',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
+        self.attn_backend = check_backend(attn_backend)
         if kernel_size % 2 == 0:
             raise ValueError(f'kernel_size must be odd, got {kernel_size}')
         self.key_conv = nn.Conv2d(num_heads, num_heads, kernel_size,
@@ -63,22 +69,12 @@ class ConvAttentionTransform(BaseModule):
 
     def forward(self, logits: torch.Tensor, query_hw: Grid,
                 key_hw: Grid) -> torch.Tensor:
-        # The maps are never transposed. A head's (N_q, key grid) scores
-        # are N_q images of the key grid in NCHW and, read as channels-last,
-        # N_k images of the query grid: each conv runs in the layout the
-        # scores already have, one head at a time (its kernel shared by all
-        # the head's rows / columns), and the heads mix per score.
-        B, h, Nq, Nk = logits.shape
-        heads = []
-        for i in range(h):
-            x = logits[:, i].reshape(B, Nq, *key_hw)
-            x = token_depthwise_conv(x, self.key_conv.weight[i:i + 1])
-            x = x.reshape(B, *query_hw, Nk).permute(0, 3, 1, 2)
-            x = token_depthwise_conv(x, self.query_conv.weight[i:i + 1])
-            heads.append(x.permute(0, 2, 3, 1).reshape(B, Nq, Nk))
+        convolve = score_conv_op if uses_fused_op(
+            self.attn_backend, logits.device) else score_conv_eager
+        x = convolve(logits, self.key_conv.weight, self.query_conv.weight,
+                     list(query_hw), list(key_hw))
         # (B, heads, N_q, N_k) is NCHW with the heads as channels.
-        return token_pointwise_conv(torch.stack(heads, 1),
-                                    self.head_mix.weight)
+        return token_pointwise_conv(x, self.head_mix.weight)
 
 
 class DenseAttentionTransform(BaseModule):

@@ -1,0 +1,141 @@
+"""Less-Attention's score-map convolutions as a custom op
+(``torch.ops.vitattn.score_conv``).
+
+Each head's ``(N_q, N_k)`` logits convolved by a depthwise ``K x K`` kernel
+over the key grid, then by one over the query grid (the two convolutions of
+:class:`~vitattn_mm.models.attentions.less_attention.transforms.ConvAttentionTransform`;
+its 1x1 head mix stays a convolution). Eagerly that is two convolutions per
+head, with a slice and a stack around them; the op is one pass over the map
+each way. As :mod:`.linear_attention`: the eager composition is the
+reference and the CPU path, the shape function serves ``torch.compile``
+and the cost model, the kernels (:mod:`.triton_score_conv`) run on CUDA
+(and on the CPU under ``TRITON_INTERPRET=1``).
+"""
+from typing import List, Sequence
+
+import torch
+from torch.utils.flop_counter import register_flop_formula
+
+from ..models.layers.size_aware import token_depthwise_conv
+from .backend import kernels_run_on
+from .common import eager_grads, save_inputs, saved_inputs
+
+
+def score_conv_eager(logits: torch.Tensor, key_weight: torch.Tensor,
+                     query_weight: torch.Tensor, query_hw: Sequence[int],
+                     key_hw: Sequence[int]) -> torch.Tensor:
+    """The two depthwise convolutions of every head, eagerly.
+
+    Args:
+        logits (Tensor): ``(B, heads, N_q, N_k)``.
+        key_weight (Tensor): ``(heads, 1, K, K)``: the conv over the key
+            grid.
+        query_weight (Tensor): ``(heads, 1, K, K)``: the conv over the
+            query grid.
+        query_hw (tuple[int, int]): Grid of the ``N_q`` queries.
+        key_hw (tuple[int, int]): Grid of the ``N_k`` keys.
+
+    Returns:
+        Tensor: ``(B, heads, N_q, N_k)``.
+    """
+    # The maps are never transposed. A head's (N_q, key grid) scores are
+    # N_q images of the key grid in NCHW and, read as channels-last, N_k
+    # images of the query grid: each conv runs in the layout the scores
+    # already have, one head at a time (its kernel shared by all the
+    # head's rows / columns).
+    B, h, Nq, Nk = logits.shape
+    heads = []
+    for i in range(h):
+        x = logits[:, i].reshape(B, Nq, *key_hw)
+        x = token_depthwise_conv(x, key_weight[i:i + 1])
+        x = x.reshape(B, *query_hw, Nk).permute(0, 3, 1, 2)
+        x = token_depthwise_conv(x, query_weight[i:i + 1])
+        heads.append(x.permute(0, 2, 3, 1).reshape(B, Nq, Nk))
+    return torch.stack(heads, 1)
+
+
+def _kernels():
+    from . import triton_score_conv
+    return triton_score_conv
+
+
+def _grid(tk, logits):
+    B, h, Nq, Nk = logits.shape
+    return (B * h, -(-Nq // tk.BLOCK_Q), -(-Nk // tk.BLOCK_K))
+
+
+@torch.library.custom_op('vitattn::score_conv', mutates_args=())
+def score_conv_op(logits: torch.Tensor, key_weight: torch.Tensor,
+                  query_weight: torch.Tensor, query_hw: List[int],
+                  key_hw: List[int]) -> torch.Tensor:
+    """:func:`score_conv_eager` as one op."""
+    if not kernels_run_on(logits.device):
+        return score_conv_eager(logits, key_weight, query_weight, query_hw,
+                                key_hw)
+    tk = _kernels()
+    logits = logits.contiguous()
+    out = torch.empty_like(logits)
+    B, h, Nq, Nk = logits.shape
+    tk.forward_kernel[_grid(tk, logits)](
+        logits, out, key_weight.contiguous(), query_weight.contiguous(), h,
+        Nq, Nk, *query_hw, *key_hw, K=key_weight.shape[-1],
+        BLOCK_Q=tk.BLOCK_Q, BLOCK_K=tk.BLOCK_K)
+    return out
+
+
+@score_conv_op.register_fake
+def _(logits, key_weight, query_weight, query_hw, key_hw):
+    return torch.empty_like(logits)
+
+
+@torch.library.custom_op('vitattn::score_conv_backward', mutates_args=())
+def score_conv_backward_op(grad: torch.Tensor, logits: torch.Tensor,
+                           key_weight: torch.Tensor,
+                           query_weight: torch.Tensor, query_hw: List[int],
+                           key_hw: List[int]) -> List[torch.Tensor]:
+    """Gradients of the logits and of both kernels."""
+    if not kernels_run_on(logits.device):
+        return eager_grads(score_conv_eager, grad,
+                           (logits, key_weight, query_weight),
+                           (query_hw, key_hw))
+    tk = _kernels()
+    logits, grad = logits.contiguous(), grad.contiguous()
+    dlogits = torch.empty_like(logits)
+    f32 = dict(device=logits.device, dtype=torch.float32)
+    dkey, dquery = (torch.zeros(key_weight.shape, **f32),
+                    torch.zeros(query_weight.shape, **f32))
+    B, h, Nq, Nk = logits.shape
+    tk.backward_kernel[_grid(tk, logits)](
+        logits, grad, dlogits, key_weight.contiguous(),
+        query_weight.contiguous(), dkey, dquery, h, Nq, Nk, *query_hw,
+        *key_hw, K=key_weight.shape[-1], BLOCK_Q=tk.BLOCK_Q,
+        BLOCK_K=tk.BLOCK_K)
+    return [dlogits, dkey.to(key_weight.dtype), dquery.to(query_weight.dtype)]
+
+
+@score_conv_backward_op.register_fake
+def _(grad, logits, key_weight, query_weight, query_hw, key_hw):
+    return [torch.empty_like(logits), torch.empty_like(key_weight),
+            torch.empty_like(query_weight)]
+
+
+def _backward(ctx, grad):
+    logits, key_weight, query_weight, query_hw, key_hw = saved_inputs(ctx)
+    return (*score_conv_backward_op(grad, logits, key_weight, query_weight,
+                                    query_hw, key_hw), None, None)
+
+
+score_conv_op.register_autograd(_backward, setup_context=save_inputs)
+
+
+@register_flop_formula(torch.ops.vitattn.score_conv)
+def _flops(logits, key_weight, *args, out_shape=None, **kwargs) -> int:
+    """Two depthwise convolutions of the map (as the eager ones count)."""
+    B, h, Nq, Nk = logits
+    return 2 * 2 * B * h * Nq * Nk * key_weight[-1]**2
+
+
+@register_flop_formula(torch.ops.vitattn.score_conv_backward)
+def _backward_flops(grad, logits, key_weight, *args, out_shape=None,
+                    **kwargs) -> int:
+    return 2 * _flops(logits, key_weight)
