@@ -421,6 +421,50 @@ def project(records: Sequence[OpRecord], hardware: Hardware = Hardware(),
         top=[(name, ms, int(n)) for name, (ms, n) in ranked])
 
 
+# ----------------------------------------------------------- calibration
+
+#: The grid :func:`calibrate` searches.
+CALIBRATION_GRID = dict(
+    mfu=(0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    bandwidth_efficiency=(0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    dispatch_us=(2., 3., 4., 6., 8., 12., 16., 24., 32.))
+
+
+def calibrate(samples: Sequence[Tuple[Sequence[OpRecord], float]],
+              hardware: Hardware = Hardware()) -> Tuple[Hardware, float]:
+    """The MFU, bandwidth efficiency and dispatch cost that best project
+    measured steps: ``samples`` are ``(ops of a step, measured ms)``; the
+    fit minimises the squared log error of the projected step times over
+    :data:`CALIBRATION_GRID` (peak, bandwidth and kernel floor kept).
+    Returns the fitted hardware and its RMS log error."""
+    import numpy as np
+    flops = [np.array([r.flops for r in ops], float) for ops, _ in samples]
+    nbytes = [np.array([r.nbytes for r in ops], float) for ops, _ in samples]
+    measured = np.log([ms for _, ms in samples])
+    best = (math.inf, hardware)
+    for mfu in CALIBRATION_GRID['mfu']:
+        for eff in CALIBRATION_GRID['bandwidth_efficiency']:
+            candidate = Hardware(hardware.peak_tflops, mfu,
+                                 hardware.bandwidth_tbs, eff,
+                                 hardware.min_kernel_us, hardware.dispatch_us)
+            compute = 1e6 / (candidate.peak_tflops * 1e12 * mfu)
+            memory = 1e6 / (candidate.bandwidth_tbs * 1e12 * eff)
+            kernels = np.array([
+                np.maximum(np.maximum(f * compute, b * memory),
+                           candidate.min_kernel_us).sum() / 1e3
+                for f, b in zip(flops, nbytes)])
+            counts = np.array([len(f) for f in flops], float)
+            for dispatch in CALIBRATION_GRID['dispatch_us']:
+                projected = np.log(np.maximum(kernels,
+                                              counts * dispatch / 1e3))
+                error = float(np.sqrt(np.mean((projected - measured)**2)))
+                if error < best[0]:
+                    best = (error, Hardware(
+                        candidate.peak_tflops, mfu, candidate.bandwidth_tbs,
+                        eff, candidate.min_kernel_us, dispatch))
+    return best[1], best[0]
+
+
 # ----------------------------------------------------------- the models
 
 
@@ -510,7 +554,7 @@ def table(rows: Sequence[Row], shape: Shape, hardware: Hardware,
         f'### {shape[0]}x{shape[1]}, batch 2'
         + (f', attn_backend={backend!r}' if backend else ''), '',
         '| model | GFLOP | GB moved | ops | projected ms | vs stock | '
-        'vs skeleton | ops vs skeleton |', '| --- | ' + '--- | ' * 7
+        'vs skeleton | ops vs skeleton |', '|' + ' --- |' * 8
     ]
     notes = []
     for row in rows:

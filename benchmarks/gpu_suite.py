@@ -9,6 +9,15 @@ markdown tables behind even when it is cut short. Sections (``--only``):
   ``torch.amp.GradScaler``, at 800x1280 and 512x2048 (batch 2): images/s
   and peak memory (``torch.cuda.max_memory_allocated``, reset per run), each
   as a ratio to the family's baseline measured in the same process.
+  Beside each row, the cost model's projection (``benchmarks/cost_model.py``,
+  an H100's parameters): projected step time and speed ratio, and the
+  error of the projected ratio; where one is off by more than 25% the
+  model's parameters are fitted to the run's step times and printed.
+* ``backends``: every family's training step (bf16 on CUDA) with its
+  attentions' eager composition and with the fused ops
+  (``attn_backend='triton'``), same weights, side by side, each with its
+  projection; a fused step that fails (a kernel that does not compile)
+  is recorded in its row and the family falls back to eager.
 * ``numerics``: 100 steps in fp16 autocast with dynamic loss scaling and 100
   in bf16 (512x512, batch 2, fixed random input and target, MSE of the
   outputs' spatial means): loss finite throughout, steps the scaler skipped,
@@ -76,12 +85,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-SECTIONS = ('train', 'numerics', 'core', 'compile')
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+import cost_model  # noqa: E402  (beside this script)
+
+SECTIONS = ('train', 'backends', 'numerics', 'core', 'compile')
 
 #: Share of the budget each section is sure of (a section may use what the
 #: ones before it left; the last takes the rest). Measured on no GPU yet:
 #: these follow estimates of the step times, see docs/benchmarks.md.
-SECTION_SHARES = dict(train=0.36, numerics=0.26, core=0.12, compile=0.26)
+SECTION_SHARES = dict(train=0.32, backends=0.10, numerics=0.22, core=0.10,
+                      compile=0.26)
 
 #: mmcv's compiled ops and the packages that may need them: this script
 #: never imports them; env.json records which ``import vitattn_mm`` did.
@@ -190,13 +203,33 @@ def check_arch(spec: ModelSpec) -> Optional[str]:
     return None
 
 
-def build_model(spec: ModelSpec, smoke: bool) -> nn.Module:
+def build_model(spec: ModelSpec, smoke: bool, **kwargs) -> nn.Module:
     """``spec``'s backbone, by registry name, with random weights."""
     cls, _ = registered_class(spec.type)
     if cls is None:
         raise KeyError(f'{spec.type} is not registered')
     arch = copy.deepcopy(spec.smoke_arch) if smoke else spec.arch
-    return cls(arch=arch)
+    return cls(arch=arch, **kwargs)
+
+
+def set_backend(model: nn.Module, backend: str) -> None:
+    """Every attention of ``model`` on ``backend`` (its weights kept)."""
+    for module in model.modules():
+        if isinstance(getattr(module, 'attn_backend', None), str):
+            module.attn_backend = backend
+
+
+def resolved_backend(model: nn.Module, device: torch.device) -> str:
+    """What ``model``'s attentions run on ``device``: 'triton' (the fused
+    ops), 'eager', or '' for a model with no fused attention."""
+    from vitattn_mm.ops import uses_fused_op
+    backends = {m.attn_backend for m in model.modules()
+                if isinstance(getattr(m, 'attn_backend', None), str)
+                and not hasattr(m, 'arch_zoo')}
+    if not backends:
+        return ''
+    return '/'.join(sorted({'triton' if uses_fused_op(b, device) else
+                            'eager' for b in backends}))
 
 
 # ------------------------------------------------------------- the settings
@@ -597,9 +630,10 @@ class Trainer:
 
 
 TRAIN_COLUMNS = ['model', 'role', 'baseline', 'type', 'arch', 'height',
-                 'width', 'batch', 'precision', 'status', 'step_ms',
-                 'images_per_s', 'peak_mib', 'speed_ratio', 'memory_ratio',
-                 'scaler_skips', 'note']
+                 'width', 'batch', 'precision', 'attn_backend', 'status',
+                 'step_ms', 'images_per_s', 'peak_mib', 'speed_ratio',
+                 'memory_ratio', 'scaler_skips', 'projected_ms',
+                 'projected_speed_ratio', 'ratio_error', 'note']
 
 
 def _train_ratios(table: Table) -> None:
@@ -608,10 +642,24 @@ def _train_ratios(table: Table) -> None:
     for row in table.rows:
         base = index.get((row['baseline'], row['height'], row['width'],
                           row['precision'])) if row['baseline'] else None
-        if base is None or row['status'] != 'ok' or base['status'] != 'ok':
+        if base is None:
+            continue
+        row['projected_speed_ratio'] = ratio(base.get('projected_ms'),
+                                             row.get('projected_ms'))
+        if row['status'] != 'ok' or base['status'] != 'ok':
             continue
         row['speed_ratio'] = ratio(row['images_per_s'], base['images_per_s'])
         row['memory_ratio'] = ratio(row['peak_mib'], base['peak_mib'])
+        row['ratio_error'] = projection_error(row['speed_ratio'],
+                                              row['projected_speed_ratio'])
+
+
+def projection_error(measured: Optional[float],
+                     projected: Optional[float]) -> Optional[float]:
+    """``measured / projected - 1`` (None unless both exist)."""
+    if measured is None or not projected:
+        return None
+    return measured / projected - 1
 
 
 def measure_train(model: nn.Module, device: torch.device, shape: Shape,
@@ -662,7 +710,11 @@ def run_train(ctx: 'Context') -> Table:
                     error, 5, s.train_limit_s,
                     lambda: measure_train(model, ctx.device, shape, s.batch,
                                           precision, s))
-                table.add(**row, **(result or {}), status=status, note=note)
+                projected = ctx.projection(spec, shape, precision)
+                table.add(**row, **(result or {}), status=status, note=note,
+                          attn_backend='' if model is None else
+                          resolved_backend(model, ctx.device),
+                          projected_ms=projected and projected.ms)
                 ctx.log(f'[train] {spec.label} {shape[0]}x{shape[1]} '
                         f'{precision}: ' + (
                             f"{result['images_per_s']:.2f} img/s, "
@@ -670,6 +722,8 @@ def run_train(ctx: 'Context') -> Table:
                             if result else f'{status} ({note})'))
         model = None  # freed before the next one is built
         release_memory(ctx.device, collect=True)
+    table.write()
+    ctx.calibrate(table.rows)
     return table
 
 
@@ -693,12 +747,19 @@ def train_markdown(table: Table) -> str:
             r['model'], r['baseline'], f"{r['height']}x{r['width']}",
             r['precision'], _fmt(r.get('images_per_s'), 1),
             _fmt(b.get('images_per_s'), 1),
-            bold(_fmt(r.get('speed_ratio'))), _fmt(r.get('peak_mib'), 0),
+            bold(_fmt(r.get('speed_ratio'))),
+            _fmt(r.get('projected_speed_ratio')), _percent(
+                r.get('ratio_error')), _fmt(r.get('peak_mib'), 0),
             _fmt(b.get('peak_mib'), 0), bold(_fmt(r.get('memory_ratio'))),
-            note])
+            r.get('attn_backend', ''), note])
     return markdown(['model', 'baseline', 'input', 'precision', 'img/s',
-                     'baseline img/s', 'speed ratio', 'peak MiB',
-                     'baseline MiB', 'memory ratio', 'note'], rows)
+                     'baseline img/s', 'speed ratio', 'projected',
+                     'error', 'peak MiB', 'baseline MiB', 'memory ratio',
+                     'attn_backend', 'note'], rows)
+
+
+def _percent(value) -> str:
+    return '' if value in (None, '') else f'{float(value) * 100:+.0f}%'
 
 
 def headline_markdown(tables: Dict[str, 'Table']) -> str:
@@ -748,6 +809,90 @@ def headline_markdown(tables: Dict[str, 'Table']) -> str:
     return markdown(['family', 'baseline', 'input', 'speed fp32',
                      'speed bf16', 'speed fp16', 'memory fp32',
                      'memory bf16', 'numerics'], rows)
+
+
+# --------------------------------------------------------------- backends
+
+BACKEND_COLUMNS = ['model', 'type', 'arch', 'height', 'width', 'batch',
+                   'precision', 'attn_backend', 'status', 'step_ms',
+                   'images_per_s', 'peak_mib', 'speed_ratio', 'projected_ms',
+                   'projected_speed_ratio', 'ratio_error', 'note']
+
+
+def _backend_ratios(table: Table) -> None:
+    """Each fused row against its eager row."""
+    eager = {(r['model'], r['height'], r['width']): r for r in table.rows
+             if r['attn_backend'] == 'eager'}
+    for row in table.rows:
+        base = eager.get((row['model'], row['height'], row['width']))
+        if row['attn_backend'] != 'triton' or base is None:
+            continue
+        row['projected_speed_ratio'] = ratio(base.get('projected_ms'),
+                                             row.get('projected_ms'))
+        if row['status'] == 'ok' and base['status'] == 'ok':
+            row['speed_ratio'] = ratio(row['images_per_s'],
+                                       base['images_per_s'])
+            row['ratio_error'] = projection_error(
+                row['speed_ratio'], row['projected_speed_ratio'])
+
+
+def run_backends(ctx: 'Context') -> Table:
+    """Every family with its eager attentions and with the fused ops."""
+    s = ctx.settings
+    table = Table('backends', BACKEND_COLUMNS, ctx.out, _backend_ratios)
+    shape = s.resolutions[0]
+    precision = 'bf16' if ctx.device.type == 'cuda' else 'fp32'
+    for spec in FAMILIES:
+        model, error = ctx.build(spec)
+        fallback = ''
+        for backend in ('eager', 'triton'):
+            if model is not None:
+                set_backend(model, backend)
+            result, status, note = ctx.attempt(
+                error, 5, s.train_limit_s,
+                lambda: measure_train(model, ctx.device, shape, s.batch,
+                                      precision, s))
+            if backend == 'triton' and status == 'error' and \
+                    error is None:
+                fallback = (f'the fused ops failed ({note}); the family '
+                            'falls back to eager')
+                note = fallback
+            projected = ctx.projection(spec, shape, precision, backend)
+            table.add(model=spec.label, type=spec.type, arch=ctx.arch(spec),
+                      height=shape[0], width=shape[1], batch=s.batch,
+                      precision=precision, attn_backend=backend,
+                      status=status, note=note,
+                      projected_ms=projected and projected.ms,
+                      **(result or {}))
+            ctx.log(f'[backends] {spec.label} {backend}: ' + (
+                f"{result['step_ms']:.1f} ms" if result else
+                f'{status} ({note})'))
+        if fallback:
+            ctx.log(f'[backends] {spec.label}: {fallback}')
+        model = None
+        release_memory(ctx.device, collect=True)
+    return table
+
+
+def backends_markdown(table: Table) -> str:
+    rows = []
+    eager = {(r['model'], r['height'], r['width']): r for r in table.rows
+             if r['attn_backend'] == 'eager'}
+    for r in table.rows:
+        if r['attn_backend'] != 'triton':
+            continue
+        e = eager.get((r['model'], r['height'], r['width']), {})
+        rows.append([
+            r['model'], f"{r['height']}x{r['width']}", r['precision'],
+            _fmt(e.get('step_ms'), 1), _fmt(r.get('step_ms'), 1),
+            bold(_fmt(r.get('speed_ratio'))),
+            _fmt(e.get('projected_ms'), 1), _fmt(r.get('projected_ms'), 1),
+            _fmt(r.get('projected_speed_ratio')),
+            _percent(r.get('ratio_error')),
+            r['note'] if r['status'] != 'ok' else e.get('note', '')])
+    return markdown(['family', 'input', 'precision', 'eager ms', 'fused ms',
+                     'speed-up', 'projected eager ms', 'projected fused ms',
+                     'projected speed-up', 'error', 'note'], rows)
 
 
 # ---------------------------------------------------------------- numerics
@@ -1196,6 +1341,10 @@ class Context:
         self.out = out
         self.smoke = smoke
         self._models: Dict[str, Tuple[Optional[nn.Module], Optional[str]]] = {}
+        self._steps: Dict[tuple, Optional[list]] = {}
+        self.hardware = cost_model.Hardware()
+        #: What the run's calibration found (:meth:`calibrate`).
+        self.calibration: Optional[str] = None
 
     def log(self, line: str) -> None:
         print(line, flush=True)
@@ -1221,6 +1370,59 @@ class Context:
         if model is None:
             return None, error
         return copy.deepcopy(model).to(self.device), None
+
+    def projected_step(self, spec: ModelSpec, shape: Shape, precision: str,
+                       backend: Optional[str] = None) -> Optional[list]:
+        """The ops of one training step of ``spec`` as the cost model
+        records it (on the meta device; None where it cannot be built)."""
+        key = (spec.label, shape, precision, backend)
+        if key not in self._steps:
+            try:
+                with torch.device('meta'):
+                    model = build_model(spec, self.smoke, **(
+                        dict(attn_backend=backend) if backend else {}))
+                self._steps[key] = cost_model.record_step(
+                    model, shape, self.settings.batch, PRECISIONS[precision])
+            except Exception as exc:  # the row says it has no projection
+                self.log(f'[cost model] {spec.label}: '
+                         f'{describe_error(exc)}')
+                self._steps[key] = None
+        return self._steps[key]
+
+    def projection(self, spec: ModelSpec, shape: Shape, precision: str,
+                   backend: Optional[str] = None):
+        """The cost model's projection of a step (None if none)."""
+        ops = self.projected_step(spec, shape, precision, backend)
+        return None if ops is None else cost_model.project(ops,
+                                                           self.hardware)
+
+    def calibrate(self, rows: Sequence[dict]) -> None:
+        """Where a projected ratio is off by more than 25%, fit the cost
+        model's MFU, bandwidth efficiency and dispatch cost to the measured
+        step times (:func:`cost_model.calibrate`) and say what they are."""
+        errors = [abs(r['ratio_error']) for r in rows
+                  if r.get('ratio_error') not in (None, '')]
+        samples = []
+        for r in rows:
+            if r['status'] != 'ok':
+                continue
+            ops = self._steps.get((r['model'], (r['height'], r['width']),
+                                   r['precision'], None))
+            if ops:
+                samples.append((ops, r['step_ms']))
+        if not errors or max(errors) <= 0.25 or len(samples) < 2:
+            return
+        fitted, fit_error = cost_model.calibrate(samples, self.hardware)
+        self.calibration = (
+            f'largest projected-ratio error {max(errors) * 100:.0f}% > 25%: '
+            f'fitted to the {len(samples)} measured steps: '
+            f'mfu={fitted.mfu}, bandwidth_efficiency='
+            f'{fitted.bandwidth_efficiency}, dispatch_us='
+            f'{fitted.dispatch_us} (RMS log error {fit_error:.2f}; peak, '
+            'bandwidth and kernel floor kept). Re-project with '
+            '`benchmarks/cost_model.py --mfu ... --bandwidth-efficiency ... '
+            '--dispatch-us ...`.')
+        self.log(f'[cost model] {self.calibration}')
 
     def attempt(self, error: Optional[str], min_left: float,
                 limit: float, fn: Callable[[], dict]):
@@ -1248,12 +1450,14 @@ class Context:
 
 
 RUNNERS = dict(train=(run_train, train_markdown),
+               backends=(run_backends, backends_markdown),
                numerics=(run_numerics, numerics_markdown),
                core=(run_core, core_markdown),
                compile=(run_compile, compile_markdown))
 
 SECTION_TITLES = dict(
     train='Training step (train.csv)',
+    backends='Eager vs fused attention (backends.csv)',
     numerics='fp16 / bf16 numerics (numerics.csv)',
     core='Attention modules alone (core.csv)',
     compile='torch.compile (compile.csv)')
@@ -1270,7 +1474,15 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
                f'+ {s.train_steps} timed steps; fp16 with GradScaler '
                '(its default initial scale, 2^16). '
                'Speed ratio = images/s / the baseline\'s (above 1: faster); '
-               f'memory ratio = peak / the baseline\'s; {memory}.'),
+               f'memory ratio = peak / the baseline\'s; {memory}. '
+               'Projected = the cost model\'s speed ratio (an H100\'s '
+               'parameters, this run\'s archs and sizes); error = measured '
+               '/ projected - 1; attn_backend = what the family\'s '
+               'attentions ran.'),
+        backends=('Training step of each family at the first input size, '
+                  'bf16 on CUDA (fp32 elsewhere), the same weights with '
+                  "attn_backend='eager' and 'triton'; speed-up = eager ms / "
+                  'fused ms; projected = the cost model\'s.'),
         numerics=(f'{s.numerics_steps} steps per precision from the same '
                   f'initial weights, {s.numerics_shape[0]}x'
                   f'{s.numerics_shape[1]} batch {s.numerics_batch}, fixed '
@@ -1310,6 +1522,8 @@ def write_summary(out: str, env: dict, tables: Dict[str, Table],
     ]
     if notes:
         lines += ['Notes:', ''] + [f'* {n}' for n in notes] + ['']
+    if env.get('calibration'):
+        lines += ['Cost model: ' + env['calibration'], '']
     if 'train' in tables or 'numerics' in tables:
         lines += ['## Headline', '',
                   'Training-step speed (images/s) and peak memory of each '
@@ -1460,6 +1674,8 @@ def main(argv=None) -> int:
             print(f'\n{SECTION_TITLES[name]}, {elapsed:.0f} s:\n'
                   + RUNNERS[name][1](tables[name]), flush=True)
         env.setdefault('section_s', {})[name] = round(elapsed, 1)
+        if ctx.calibration:
+            env['calibration'] = ctx.calibration
         env['forbidden_imports_at_end'] = forbidden_modules()
         write_env()
         write_summary(args.out, env, tables, notes, settings, device)

@@ -10,6 +10,7 @@ import csv
 import importlib.util
 import json
 import math
+import os
 import os.path as osp
 import subprocess
 import sys
@@ -41,9 +42,12 @@ def _finite(value):
 
 
 def _smoke_run(out):
+    # The fused ops' CPU path (their eager composition) in the smoke run:
+    # the interpreted kernels are tests/test_kernels.py's.
     proc = subprocess.run(
         [sys.executable, SCRIPT, '--device', 'cpu', '--smoke', '--out', out],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, TRITON_INTERPRET='0'))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -56,14 +60,15 @@ def test_smoke_run(tmp_path):
     stdout = _smoke_run(out)
     _check_every_table(out, stdout)
     _check_train_rows(out)
+    _check_backend_rows(out)
     _check_numerics_rows(out)
     _check_core_rows(out)
     _check_compile_rows(out)
 
 
 def _check_every_table(out, stdout):
-    for name in ('env.json', 'train.csv', 'numerics.csv', 'core.csv',
-                 'compile.csv', 'summary.md'):
+    for name in ('env.json', 'train.csv', 'backends.csv', 'numerics.csv',
+                 'core.csv', 'compile.csv', 'summary.md'):
         assert osp.isfile(osp.join(out, name)), name
     summary = open(osp.join(out, 'summary.md')).read()
     for title in suite.SECTION_TITLES.values():
@@ -87,9 +92,27 @@ def _check_train_rows(out):
     for r in rows:
         assert r['status'] == 'ok', r
         assert float(r['images_per_s']) > 0 and _finite(r['step_ms'])
+        # The cost model's projection beside every measured row.
+        assert float(r['projected_ms']) > 0, r
         if r['role'] == 'family':
             assert r['baseline'] == suite.SPECS[r['model']].baseline
             assert _finite(r['speed_ratio']), r
+            assert _finite(r['projected_speed_ratio']), r
+            assert _finite(r['ratio_error']), r
+            assert r['attn_backend'] == 'eager'  # 'auto' on the CPU
+
+
+def _check_backend_rows(out):
+    """Every family eager and fused, the same step, each projected."""
+    rows = _rows(out, 'backends')
+    assert sorted((r['model'], r['attn_backend']) for r in rows) == sorted(
+        (s.label, b) for s in suite.FAMILIES for b in ('eager', 'triton'))
+    for r in rows:
+        assert r['status'] == 'ok', r
+        assert float(r['step_ms']) > 0 and float(r['projected_ms']) > 0
+        if r['attn_backend'] == 'triton':
+            assert _finite(r['speed_ratio']), r
+            assert _finite(r['projected_speed_ratio']), r
 
 
 def _check_numerics_rows(out):

@@ -278,6 +278,34 @@ def test_softmax_apply_fp16_large_logits_stay_finite():
     assert torch.isfinite(fused[torch.isfinite(eager)]).all()
 
 
+def test_ops_run_their_eager_composition_without_kernels(monkeypatch):
+    """On the CPU without the interpreter the ops run the eager
+    composition, forward and backward (a backward op cannot record
+    autograd inside itself: it differentiates with torch.func)."""
+    monkeypatch.setenv('TRITON_INTERPRET', '0')
+    assert not kernels_run_on(torch.device('cpu'))
+    mask = shifted_window_mask((14, 7), (7, 7), (3, 3), 'cpu')
+    g = torch.Generator().manual_seed(0)
+    cases = [
+        (focused_linear_attention_op, focused_linear_attention_eager,
+         *focused_inputs(kv_tokens=6)),
+        (relu_linear_attention_op, relu_linear_attention_eager,
+         relu_inputs(), [3, 100.]),
+        (mean_shift_attention_op, mean_shift_attention_eager,
+         mean_shift_inputs(), [mask, 2, 32**-0.5, True]),
+        (score_conv_op, score_conv_eager,
+         [torch.randn(2, 2, 12, 6, generator=g),
+          torch.randn(2, 1, 3, 3, generator=g),
+          torch.randn(2, 1, 3, 3, generator=g)], [[3, 4], [2, 3]]),
+        (softmax_apply_op, softmax_apply_eager,
+         [torch.randn(4, 2, 49, 49, generator=g),
+          torch.randn(4, 2, 49, 8, generator=g)], [mask]),
+    ]
+    for op, eager, inputs, constants in cases:
+        errors = compare(op, eager, inputs, constants)
+        assert max(errors.values()) <= 1e-6, (op, errors)
+
+
 def test_ops_pass_torch_library_opcheck():
     """Schema, fake (meta) implementation and autograd registration as
     torch.library checks them, on the kernels' inputs."""
