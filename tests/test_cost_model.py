@@ -1,0 +1,151 @@
+"""benchmarks/cost_model.py: what it counts is what its docs say it counts
+(docs/benchmarks.md#projected-gpu-training-step-the-cost-model)."""
+import importlib.util
+import math
+import os.path as osp
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location(
+    'cost_model', osp.join(ROOT, 'benchmarks', 'cost_model.py'))
+cm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cm)
+
+
+def record(fn, *shapes, dtype=None, grad=True):
+    """The ops of ``fn(*tensors)`` and its backward, on the meta device."""
+    tensors = [torch.empty(*s, device='meta', requires_grad=grad)
+               for s in shapes]
+    recorder = cm.StepRecorder()
+    autocast = torch.autocast('cpu', dtype=dtype, enabled=dtype is not None)
+    with recorder, cm.MetaAutocast():
+        with autocast:
+            out = fn(*tensors)
+        recorder.phase = 'backward'
+        out.float().sum().backward()
+    return recorder.ops
+
+
+def names(ops, phase=None):
+    return [r.name for r in ops if phase in (None, r.phase)]
+
+
+def test_sdpa_is_one_kernel_each_way():
+    q = (2, 3, 100, 32)
+    ops = record(F.scaled_dot_product_attention, q, q, q)
+    assert names(ops, 'forward') == ['vitattn_cost::fused_attention']
+    assert 'vitattn_cost::fused_attention_backward' in names(ops, 'backward')
+    assert 'aten::bmm' not in names(ops)
+    forward = ops[0]
+    # torch's formula: two products of 2 * B * h * N * N * d
+    assert forward.flops == 2 * 2 * 2 * 3 * 100 * 100 * 32
+    # q, k, v and the output (+ fp32 log-sum-exp) at 4 bytes
+    assert forward.nbytes == 4 * (4 * 2 * 3 * 100 * 32) + 4 * 2 * 3 * 100
+
+
+def test_sdpa_on_5d_takes_the_math_path():
+    q = (2, 4, 3, 49, 32)  # (B, windows, heads, N, d): no fused kernel
+    ops = record(F.scaled_dot_product_attention, q, q, q)
+    assert 'vitattn_cost::fused_attention' not in names(ops)
+    assert 'aten::bmm' in names(ops)
+
+
+@pytest.mark.parametrize('keys, pads', [(49, True), (64, False)])
+def test_an_unaligned_float_mask_is_padded_first(keys, pads):
+    def attend(q, k, bias):
+        return F.scaled_dot_product_attention(q, k, k, attn_mask=bias)
+    ops = record(attend, (2, 3, 49, 32), (2, 3, keys, 32), (3, 49, keys))
+    assert ('aten::constant_pad_nd' in names(ops, 'forward')) is pads
+
+
+def test_depthwise_conv_weight_gradient_costs_its_forward():
+    """torch's counter takes a grouped conv's weight gradient as dense."""
+    conv = nn.Conv2d(96, 96, 7, padding=3, groups=96, device='meta')
+    ops = record(conv, (2, 96, 56, 56))
+    forward, = [r for r in ops if r.name == 'aten::convolution']
+    backward, = [r for r in ops if r.name == 'aten::convolution_backward']
+    assert forward.flops == 2 * 2 * 56 * 56 * 96 * 49
+    assert backward.flops == 2 * forward.flops  # input and weight grads
+
+
+def test_autocast_is_emulated_on_meta_tensors():
+    linear = nn.Linear(32, 32, device='meta')
+    norm = nn.LayerNorm(32, device='meta')
+    seen = {}
+
+    def step(x):
+        y = linear(x)
+        normed = norm(y)
+        seen.update(linear=y.dtype, norm=normed.dtype)
+        return linear(normed)  # the weight's cast is cached: cast once
+
+    ops = record(step, (4, 10, 32), dtype=torch.bfloat16)
+    assert seen == dict(linear=torch.bfloat16, norm=torch.float32)
+    casts = [r for r in ops if r.name == 'aten::_to_copy' and
+             r.phase == 'forward']
+    # x, the weight, the bias once each; the norm's input and output.
+    assert len(casts) == 5
+
+
+def test_full_precision_regions_stay_fp32():
+    from vitattn_mm.models.layers.common import full_precision
+
+    def step(x, w):
+        with full_precision(x):
+            return x @ w
+
+    ops = record(step, (8, 16), (16, 16), dtype=torch.bfloat16)
+    assert 'aten::_to_copy' not in names(ops, 'forward')
+
+
+def test_custom_ops_are_one_kernel_each_way():
+    from vitattn_mm.models.attentions import FocusedLinearAttention
+    with torch.device('meta'):
+        attn = FocusedLinearAttention(64, 2, grid_size=(8, 8),
+                                      attn_backend='triton')
+    ops = record(lambda x: attn(x, (8, 8))[0], (2, 64, 64))
+    assert names(ops).count('vitattn::focused_linear_attention') == 1
+    assert names(ops).count('vitattn::focused_linear_attention_backward') \
+        == 1
+    fused, = [r for r in ops if r.name == 'vitattn::focused_linear_attention']
+    assert fused.flops > 0 and fused.nbytes > 0
+
+
+def test_projection_time_formula():
+    hw = cm.Hardware()
+    ops = [cm.OpRecord('gemm', int(989e12 * 0.6 * 1e-3), 0, 'forward'),
+           cm.OpRecord('copy', 0, int(3.35e12 * 0.8 * 1e-3), 'forward'),
+           cm.OpRecord('tiny', 1, 1, 'backward')]
+    proj = cm.project(ops, hw)
+    # 1 ms of compute, 1 ms of memory, the 2.5 us floor
+    assert math.isclose(proj.kernel_ms, 2.0025, rel_tol=1e-6)
+    assert proj.ms == proj.kernel_ms  # 3 ops x 6 us of dispatch is less
+    many = [cm.OpRecord('tiny', 1, 1, 'forward')] * 1000
+    assert math.isclose(cm.project(many, hw).ms, 6.0)  # dispatch-bound
+
+
+def test_calibration_recovers_the_parameters_of_a_run():
+    """Step times made with known parameters: the fit finds them."""
+    truth = cm.Hardware(mfu=0.4, bandwidth_efficiency=0.6, dispatch_us=8.)
+    gemm = cm.OpRecord('gemm', int(4e11), 0, 'forward')
+    copy = cm.OpRecord('copy', 0, int(2e9), 'forward')
+    tiny = cm.OpRecord('tiny', 1, 1, 'forward')
+    # Compute-bound, memory-bound and dispatch-bound steps.
+    steps = [[gemm] * 20 + [tiny] * 10, [copy] * 20 + [tiny] * 10,
+             [gemm, copy] + [tiny] * 2000, [gemm] * 5 + [copy] * 5]
+    samples = [(ops, cm.project(ops, truth).ms) for ops in steps]
+    fitted, error = cm.calibrate(samples)
+    assert (fitted.mfu, fitted.bandwidth_efficiency, fitted.dispatch_us) \
+        == (0.4, 0.6, 8.)
+    assert error < 1e-6
+
+
+def test_a_backbone_step_projects():
+    proj = cm.measure(dict(type='FLattenPVTv2', arch='b0'), (64, 96),
+                      cm.Hardware(), top=3)
+    assert proj.ops > 100 and proj.gflop > 0 and proj.ms > 0
+    assert len(proj.top) == 3
