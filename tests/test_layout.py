@@ -57,3 +57,18 @@ def test_every_attention_has_a_file_of_its_own():
     pair = 'vitattn_mm.models.attentions.less_attention.layers'
     assert modules.pop(pair) == {'VanillaAttention', 'LessAttention'}
     assert {m: c for m, c in modules.items() if len(c) > 1} == {}
+
+
+def test_importing_the_library_loads_no_task_model():
+    """In a fresh interpreter, ``import vitattn_mm`` loads none of
+    mmdet's, mmseg's or mmpretrain's task models (not even through a
+    package's ``__init__``, which the direct-import check above cannot
+    see): a backbone builds where their import would fail."""
+    import subprocess
+    import sys
+    probe = ('import sys, vitattn_mm; print(sorted(m for m in sys.modules '
+             "if m.startswith(('mmdet.models', 'mmseg.models', "
+             "'mmpretrain.models'))))")
+    out = subprocess.run([sys.executable, '-c', probe], capture_output=True,
+                         text=True, check=True, cwd='/').stdout
+    assert out.strip() == '[]', out

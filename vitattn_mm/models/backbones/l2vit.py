@@ -24,13 +24,13 @@ import torch.nn as nn
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
-from mmpretrain.models.utils import ConditionalPositionEncoding
 
 from ...registry import register_model
 from ..attentions.linear_global import LocalConcentrationModule
 from ..layers.blocks import TransformerBlock
 from ..layers.common import nchw_to_nlc, to_2tuple_int
 from ..layers.padding import CornerPadding, grid_after_stride
+from ..layers.pos_embed import ConditionalPositionEncoding
 from ..layers.stage import Stage
 from ..loading import StateDict
 from .base_backbone import StagedBackbone

@@ -1,11 +1,13 @@
-"""Learned absolute positional embeddings that follow the running grid."""
+"""Positional encodings: learned absolute tables that follow the running
+grid, and the conditional (convolutional) one."""
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.logging import MMLogger
+from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 
 from .size_aware import capturing
@@ -157,3 +159,38 @@ def sincos_pos_embed_2d(hw: Tuple[int, int],
     x = cols.flatten()[:, None] * freqs
     y = rows.flatten()[:, None] * freqs
     return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)
+
+
+class ConditionalPositionEncoding(BaseModule):
+    """Conditional positional encoding (Chu et al., CPVT): a 3x3 depthwise
+    conv of the token map, added to it (``stride=1``) or replacing it.
+
+    Keys as mmpretrain's ``ConditionalPositionEncoding`` (``proj``), so
+    either's weights load into the other.
+
+    Args:
+        in_channels (int): Channels of the tokens.
+        embed_dims (int): Channels out (the groups). Default: 768.
+        stride (int): Stride of the conv; 1 adds the map. Default: 1.
+        init_cfg (dict, optional): Initialisation config. Default: None.
+    """
+
+    def __init__(self,
+                 in_channels: int,
+                 embed_dims: int = 768,
+                 stride: int = 1,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.proj = nn.Conv2d(in_channels, embed_dims, 3, stride=stride,
+                              padding=1, groups=embed_dims)
+        self.stride = stride
+
+    def forward(self, x: torch.Tensor,
+                hw_shape: Tuple[int, int]) -> torch.Tensor:
+        """``(B, H*W, C)`` tokens on ``hw_shape`` -> tokens."""
+        B, _, C = x.shape
+        feat = x.transpose(1, 2).reshape(B, C, *hw_shape)
+        out = self.proj(feat)
+        if self.stride == 1:
+            out = out + feat
+        return out.flatten(2).transpose(1, 2)

@@ -6,8 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
-from mmpretrain.models.utils import LayerScale
 
+from ...layers.layer_scale import LayerScale
 from ...layers.padding import grid_after_stride
 from ..base import Grid
 from .state import LessAttentionState
