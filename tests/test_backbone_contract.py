@@ -105,6 +105,27 @@ def test_the_contract_lists_every_attention_in_every_wrapper_it_enters():
                                                    shifted=True))
 
 
+@pytest.mark.parametrize('name', ['SpatialReductionAttention',
+                                  'VanillaAttention', 'LessAttention'])
+def test_reduced_keys_are_refused_shifted_windows_by_name(name):
+    """Swin's mask pairs a window's tokens; an attention whose keys are
+    reduced (``sr_ratio > 1``) cannot take it: refused when built, naming
+    the attention and its reduction, not a shape error at the first
+    forward. In plain windows it runs, on any map."""
+    cls = ATTENTIONS.get(name)
+    assert cls.supports('takes_mask')  # with its default sr_ratio=1
+    assert not cls.supports('takes_mask', dict(sr_ratio=2))
+    assert not WindowedAttention.can_wrap(cls, True, dict(sr_ratio=2))
+    with pytest.raises(ValueError, match=f'{name} with sr_ratio=2'):
+        WindowedAttention(16, 2, window_size=4, shift=True, window_msa=name,
+                          sr_ratio=2)
+    if name == 'SpatialReductionAttention':  # stateless: runs on its own
+        attn = WindowedAttention(16, 2, window_size=4, window_msa=name,
+                                 sr_ratio=2)
+        out, _ = attn(torch.randn(2, 7 * 9, 16), (7, 9))
+        assert out.shape == (2, 63, 16)
+
+
 def _build(name, **overrides):
     cls, kwargs = CASES[name]
     torch.manual_seed(0)

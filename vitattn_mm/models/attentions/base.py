@@ -30,9 +30,10 @@ and returns tokens of the same shape with the state it hands on. ``N`` is
   it; no other file re-derives a family's formula).
 
 The capability flags are class attributes; where one depends on a
-constructor argument (a spatial reduction makes an attention grid-bound),
-:meth:`TokenAttention.supports` answers from the config, before anything is
-built.
+constructor argument (a spatial reduction makes an attention grid-bound
+and its keys no longer the window's), :meth:`TokenAttention.supports`
+answers from the config, before anything is built, and
+:meth:`TokenAttention.refusal` says why not.
 """
 import inspect
 from dataclasses import dataclass
@@ -48,8 +49,12 @@ Grid = Tuple[int, int]
 #: What every attention's forward returns.
 AttentionOutput = Tuple[torch.Tensor, Optional['AttentionState']]
 
-#: The capability flags of the protocol.
-CAPABILITIES = ('stateful', 'takes_mask', 'grid_free')
+#: The capability flags of the protocol, and what lacking each means.
+CAPABILITIES = dict(
+    stateful='keeps no state for the layers after it',
+    takes_mask='takes no additive mask (it forms no softmax over its '
+    "keys)",
+    grid_free='takes no tokens beyond the grid (no class token)')
 
 
 @dataclass
@@ -126,12 +131,22 @@ class TokenAttention(BaseModule):
     @classmethod
     def supports(cls, capability: str, cfg: Optional[dict] = None) -> bool:
         """Whether an instance built from ``cfg`` (its constructor
-        arguments) has ``capability``; the class attribute unless a
-        constructor argument decides it."""
+        arguments) has ``capability`` (see :meth:`refusal`)."""
+        return cls.refusal(capability, cfg) is None
+
+    @classmethod
+    def refusal(cls, capability: str,
+                cfg: Optional[dict] = None) -> Optional[str]:
+        """Why an instance built from ``cfg`` lacks ``capability`` (None:
+        it has it): the class attribute says, unless a constructor argument
+        decides it (a subclass overrides this with the reason)."""
         if capability not in CAPABILITIES:
-            raise ValueError(f'capability must be one of {CAPABILITIES}, got '
-                             f'{capability!r}')
-        return getattr(cls, capability)
+            raise ValueError(f'capability must be one of '
+                             f'{tuple(CAPABILITIES)}, got {capability!r}')
+        if getattr(cls, capability):
+            return None
+        return f'{cls.__name__} {CAPABILITIES[capability]}'
+
 
     @classmethod
     def min_grid(cls, cfg: Optional[dict] = None) -> int:

@@ -144,10 +144,12 @@ class MeanShiftAttention(TokenAttention):
     grid_free = True
 
     @classmethod
-    def supports(cls, capability: str, cfg: Optional[dict] = None) -> bool:
-        if capability == 'grid_free':  # the bias of a window needs a grid
-            return (cfg or {}).get('window_size') is None
-        return super().supports(capability, cfg)
+    def refusal(cls, capability: str,
+                cfg: Optional[dict] = None) -> Optional[str]:
+        if capability == 'grid_free' and (cfg or {}).get('window_size'):
+            return ('MeanShiftAttention in a window takes no class token '
+                    '(its relative position bias needs the grid)')
+        return super().refusal(capability, cfg)
 
     def __init__(self,
                  embed_dims: int,

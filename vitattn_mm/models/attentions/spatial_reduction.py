@@ -20,7 +20,9 @@ class SpatialReduction(TokenAttention):
     and the output projection ``proj``.
 
     Without a reduction (``sr_ratio=1``) the grid is not needed, so such an
-    attention takes a class token (:meth:`supports`).
+    attention takes a class token, and its keys are its queries' tokens,
+    so a softmax one takes Swin's mask in shifted windows
+    (:meth:`refusal`).
 
     Args:
         embed_dims (int): Channels C.
@@ -61,10 +63,19 @@ class SpatialReduction(TokenAttention):
         self.proj_drop = nn.Dropout(proj_drop)
 
     @classmethod
-    def supports(cls, capability: str, cfg: Optional[dict] = None) -> bool:
-        if capability == 'grid_free':
-            return cls.grid_free and (cfg or {}).get('sr_ratio', 1) == 1
-        return super().supports(capability, cfg)
+    def refusal(cls, capability: str,
+                cfg: Optional[dict] = None) -> Optional[str]:
+        """A reduction makes keys and values grid-bound: no class token,
+        and no mask of a window's ``N x N`` pairs (the keys are fewer)."""
+        reason = super().refusal(capability, cfg)
+        sr_ratio = argument_value(cls, cfg, 'sr_ratio')
+        if reason is None and sr_ratio > 1 and capability in ('grid_free',
+                                                             'takes_mask'):
+            what = 'class token' if capability == 'grid_free' else \
+                "mask of a window's token pairs"
+            return (f'{cls.__name__} with sr_ratio={sr_ratio} takes no '
+                    f'{what}: its keys are on a grid reduced {sr_ratio}x')
+        return reason
 
     @classmethod
     def min_grid(cls, cfg: Optional[dict] = None) -> int:

@@ -24,7 +24,8 @@ class WindowedAttention(TokenAttention):
     own; the result is put back, rolled back and cropped. Shifted windows
     hold tokens rolled in from the opposite border: a ``takes_mask``
     attention gets Swin's mask that keeps them apart; any other inner
-    attention is refused a shift (:meth:`can_wrap`). The state is passed
+    attention (a linear one, or one whose keys are reduced) is refused a
+    shift by name when built (:meth:`can_wrap`). The state is passed
     through the inner attention, told how many windows each image was cut
     into.
 
@@ -68,10 +69,11 @@ class WindowedAttention(TokenAttention):
             raise ValueError(f'shift_size {shift_size} must be in [0, '
                              f'{min(self.window_size)})')
         inner = attention_class(window_msa)
-        if shift_size and not self.can_wrap(inner, shifted=True):
+        if shift_size and not self.can_wrap(inner, True, kwargs):
             raise ValueError(
-                f'{inner.__name__} cannot take the mask of shifted windows '
-                '(it is no softmax attention): build it with shift=False')
+                f'{inner.__name__} cannot run in shifted windows: '
+                f"{inner.refusal('takes_mask', kwargs)}; build it with "
+                'shift=False')
         self.shift_size = shift_size
         self.pad_small_map = pad_small_map
         self.w_msa = build_attention(
@@ -82,15 +84,16 @@ class WindowedAttention(TokenAttention):
             num_heads=num_heads)
 
     @classmethod
-    def supports(cls, capability: str, cfg: Optional[dict] = None) -> bool:
+    def refusal(cls, capability: str,
+                cfg: Optional[dict] = None) -> Optional[str]:
         """As the inner attention, but never a class token (a window is a
         piece of the grid)."""
         if capability == 'grid_free':
-            return False
+            return 'a window is a piece of the grid: no class token'
         if capability == 'takes_mask':
-            return super().supports(capability, cfg)
+            return super().refusal(capability, cfg)
         inner = attention_class((cfg or {}).get('window_msa', 'WindowMSA'))
-        return inner.supports(capability, cfg)
+        return inner.refusal(capability, cfg)
 
     @classmethod
     def min_grid(cls, cfg: Optional[dict] = None) -> int:
@@ -100,10 +103,13 @@ class WindowedAttention(TokenAttention):
         return min(to_2tuple_int(argument_value(cls, cfg, 'window_size')))
 
     @staticmethod
-    def can_wrap(attention: type, shifted: bool) -> bool:
-        """Whether ``attention`` can run in these windows: any attention in
-        plain windows, one that takes Swin's mask in shifted ones."""
-        return not shifted or attention.supports('takes_mask')
+    def can_wrap(attention: type, shifted: bool,
+                 cfg: Optional[dict] = None) -> bool:
+        """Whether ``attention`` built from ``cfg`` can run in these
+        windows: any attention in plain windows, one that takes Swin's mask
+        (a softmax attention whose keys are the window's) in shifted
+        ones."""
+        return not shifted or attention.supports('takes_mask', cfg)
 
     def _layout(self, hw_shape: Grid) -> int:
         """The shift for a map of ``hw_shape`` (Swin's small-map rules)."""
