@@ -377,3 +377,35 @@ def test_init_cfg_without_type_is_pretrained(tmp_path):
     model.init_weights()
     assert model.load_report is not None and model.load_report.missing == []
     torch.testing.assert_close(model.state_dict(), source.state_dict())
+
+
+def test_every_converter_hint_names_a_command_that_runs():
+    """The guard's hint for an official release, rendered for every
+    registered backbone: it names the family's converter command where
+    the family has one (which then runs, ``--help``), else only
+    ``init_cfg``; never a command that does not exist."""
+    import subprocess
+    import sys
+
+    from tiny_backbones import build_tiny, registered_backbones
+    from vitattn_mm.engine.checkpoint_check import official_release_advice
+    commands = {}
+    for name in registered_backbones():
+        backbone = build_tiny(name)
+        hint = official_release_advice(backbone, 'backbone', 'release.pth')
+        assert "model.backbone.init_cfg=dict(type='Pretrained'" in hint
+        command = backbone.converter_command
+        if command is None:
+            assert 'python ' not in hint, (name, hint)
+        else:
+            assert f'python {command} release.pth release_vitattn.pth' \
+                in hint, (name, hint)
+            commands.setdefault(command, name)
+    assert set(commands) == {
+        f'tools/model_converters/{family}2vitattn.py'
+        for family in ('flatten', 'l2vit', 'msf')}
+    for command in commands:
+        result = subprocess.run([sys.executable, command, '--help'],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+        assert 'usage' in result.stdout.lower()

@@ -110,17 +110,7 @@ def _advice(model: nn.Module, checkpoint: dict,
             converted = weights
         if converted.keys() != weights.keys() and \
                 len(own & converted.keys()) * 2 >= len(own):
-            family = next(c for c in type(backbone).__mro__
-                          if c.__module__ != packages.__name__)
-            module = family.__module__.rsplit('.', 1)[-1]
-            target = osp.splitext(source)[0] + '_vitattn.pth'
-            return (f'It is an official {family.__name__} release (the '
-                    "authors' key names) of the backbone alone: load it "
-                    f"with model.{name}.init_cfg=dict(type='Pretrained', "
-                    f'checkpoint={source!r}) (converted on the fly), or '
-                    'convert it once into a classifier checkpoint: python '
-                    f'tools/model_converters/{module}2vitattn.py {source} '
-                    f'{target}')
+            return official_release_advice(backbone, name, source)
         prefixed = {f'{name}.{k}' for k in own}
         if len(own & weights.keys()) * 2 >= len(own) or \
                 len(prefixed & weights.keys()) * 2 >= len(prefixed):
@@ -128,3 +118,23 @@ def _advice(model: nn.Module, checkpoint: dict,
                     f"model.{name}.init_cfg=dict(type='Pretrained', "
                     f'checkpoint={source!r}) instead of load_from.')
     return None
+
+
+def official_release_advice(backbone: nn.Module, name: str,
+                            source: str) -> str:
+    """How to load an official release of ``backbone``'s family into the
+    model (whose backbone is ``model.<name>``): through ``init_cfg``, or by
+    the family's converter command where it has one
+    (``converter_command``)."""
+    family = next(c for c in type(backbone).__mro__
+                  if c.__module__ != packages.__name__)
+    advice = (f'It is an official {family.__name__} release (the authors\' '
+              'key names) of the backbone alone: load it with '
+              f"model.{name}.init_cfg=dict(type='Pretrained', "
+              f'checkpoint={source!r}) (converted on the fly)')
+    command = backbone.converter_command
+    if command is None:
+        return advice + '.'
+    target = osp.splitext(source)[0] + '_vitattn.pth'
+    return (f'{advice}, or convert it once into a classifier checkpoint: '
+            f'python {command} {source} {target}')

@@ -64,6 +64,10 @@ class CheckpointLoading:
 
     #: What the last ``Pretrained`` load did (set by :meth:`init_weights`).
     load_report: Optional[LoadReport] = None
+    #: The command that converts this family's official release into a
+    #: classifier checkpoint once (``python CMD SRC DST``), or None where
+    #: there is none (the release still loads through ``init_cfg``).
+    converter_command: Optional[str] = None
     #: Layout version of the state dict. 2: vitattn_mm 0.4 (one stem
     #: ``patch_embed``); 3: a ViT's learned position table is the tensor
     #: ``pos_embed``, as in the stock ViTs. Files of older versions, of the

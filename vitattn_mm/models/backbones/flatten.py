@@ -90,6 +90,7 @@ class FLattenSwinTransformer(AttnSwinTransformer):
             ``with_cp``, ``frozen_stages``, ``init_cfg``, mmdet's and
             mmpretrain's names...).
     """
+    converter_command = 'tools/model_converters/flatten2vitattn.py'
     arch_zoo = {
         key: AttnSwinTransformer.arch_zoo[key]
         for key in (('t', 'tiny'), ('s', 'small'), ('b', 'base'))
@@ -133,6 +134,7 @@ class FLattenPVT(AttnPVT):
             ``out_norm`` (default True), ``with_cp``, ``frozen_stages``,
             ``init_cfg``...).
     """
+    converter_command = 'tools/model_converters/flatten2vitattn.py'
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
@@ -189,6 +191,7 @@ class FLattenCSwinTransformer(AttnCSwinTransformer):
             (``split_sizes``, ``pretrain_img_size``, ``drop_path_rate``,
             ``out_indices``, ``with_cp``, ``frozen_stages``, ``init_cfg``...).
     """
+    converter_command = 'tools/model_converters/flatten2vitattn.py'
     arch_zoo = {
         ('t', 'tiny'):
         dict(embed_dims=64, depths=[2, 4, 18, 1], num_heads=[2, 4, 8, 16]),

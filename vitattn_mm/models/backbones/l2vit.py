@@ -246,6 +246,7 @@ class L2ViT(StagedBackbone):
         (1, 384, 7, 9)
         (1, 768, 4, 5)
     """
+    converter_command = 'tools/model_converters/l2vit2vitattn.py'
     arch_zoo = {
         ('t', 'tiny'):
         dict(embed_dims=[96, 192, 384, 768], depths=[2, 2, 6, 2],

@@ -44,6 +44,7 @@ class MSFSwinTransformer(AttnSwinTransformer):
             ``out_indices``, ``pad_small_map``, ``with_cp``,
             ``frozen_stages``, ``init_cfg``, mmdet's names...).
     """
+    converter_command = 'tools/model_converters/msf2vitattn.py'
     arch_zoo = {
         key: AttnSwinTransformer.arch_zoo[key]
         for key in (('t', 'tiny'), ('s', 'small'))
@@ -110,6 +111,7 @@ class MSFViT(AttnViT):
             ``out_type``, ``drop_path_rate``, ``with_cp``,
             ``frozen_stages``, ``init_cfg``...).
     """
+    converter_command = 'tools/model_converters/msf2vitattn.py'
 
     # The paper's sizes (DeiT's widths; 'ss': six blocks of 384).
     arch_zoo = {
