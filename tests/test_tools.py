@@ -99,6 +99,37 @@ def test_train_py_resumes(trained, demo_data):
     assert osp.isfile(osp.join(work_dir, 'iter_3.pth'))
 
 
+def test_train_py_resumes_past_a_checkpoint_cut_short(demo_data, tmp_path):
+    """A kill or a full disk during a write leaves the latest checkpoint
+    cut short: ``--resume`` names it, resumes from the newest whole one and
+    the run finishes; checkpoints are written whole (no temporary file is
+    left, each reads)."""
+    work_dir = str(tmp_path)
+    options = ('--cfg-options', 'custom_hooks=[]',
+               'val_dataloader.dataset.indices=4',
+               'default_hooks.checkpoint.interval=1',
+               'default_hooks.checkpoint.max_keep_ckpts=-1')
+    run(sys.executable, 'tools/train.py', DEMO_CONFIG, '--demo', demo_data,
+        '--demo-iters', '2', '--work-dir', work_dir, *options)
+    latest = osp.join(work_dir, 'iter_2.pth')
+    with open(osp.join(work_dir, 'last_checkpoint')) as f:
+        assert f.read().strip() == latest
+    with open(latest, 'rb+') as f:
+        f.truncate(osp.getsize(latest) // 2)
+    result = run(sys.executable, 'tools/train.py', DEMO_CONFIG, '--demo',
+                 demo_data, '--demo-iters', '3', '--work-dir', work_dir,
+                 '--resume', *options)
+    log = result.stdout + result.stderr
+    whole = osp.join(work_dir, 'iter_1.pth')
+    assert f'The latest checkpoint {latest} does not read' in log
+    assert f'resuming from {whole}, the newest whole checkpoint' in log
+    assert 'resumed epoch: 0, iter: 1' in log
+    assert not glob.glob(osp.join(work_dir, '*.partial'))
+    for step in (1, 2, 3):
+        torch.load(osp.join(work_dir, f'iter_{step}.pth'),
+                   map_location='cpu', weights_only=False)
+
+
 def test_train_py_amp_on_cpu_uses_bf16_autocast(demo_data, tmp_path):
     result = run(sys.executable, 'tools/train.py', DEMO_CONFIG, '--demo',
                  demo_data, '--demo-iters', '1', '--amp', '--work-dir',

@@ -1,5 +1,5 @@
 """Whole-model checkpoint loads that would leave the model mostly random
-are refused."""
+are refused; the checkpoints a run writes and resumes from are whole."""
 import os.path as osp
 import re
 from collections import OrderedDict
@@ -15,6 +15,8 @@ from ..models.backbones.base_backbone import StagedBackbone
 from ..models.loading import (MIN_LOADED_RATIO, adapt_for_model,
                               match_state_dict, unwrap_state_dict)
 from ..utils.checkpoint import check_checkpoint_file
+from .checkpoint_files import (save_checkpoints_atomically,
+                               whole_latest_checkpoint)
 
 #: What ``Runner.load_checkpoint`` does to the keys by default.
 _RUNNER_REVISE_KEYS = ((r'^module.', ''), )
@@ -22,7 +24,8 @@ _RUNNER_REVISE_KEYS = ((r'^module.', ''), )
 
 @HOOKS.register_module()
 class CheckpointCheckHook(Hook):
-    """Refuse a checkpoint that would leave most of the model unloaded.
+    """Refuse a checkpoint that would leave most of the model unloaded;
+    write checkpoints whole and resume from a whole one.
 
     The Runner loads ``load_from`` (so ``tools/test.py``'s checkpoint) and
     ``--resume`` files with ``strict=False``: an official release
@@ -34,6 +37,12 @@ class CheckpointCheckHook(Hook):
     than ``min_loaded_ratio`` of the model's weights would be filled, with
     the counts and what to do instead (the converter command for an
     official layout, ``init_cfg`` for backbone weights).
+
+    Before the run it also makes the Runner write each checkpoint under a
+    temporary name and rename it into place (``last_checkpoint`` follows
+    the rename), and makes ``--resume`` without a file skip a latest
+    checkpoint that does not read (cut short by a kill or a full disk) for
+    the newest one that does, naming both.
 
     ``tools/train.py``, ``tools/test.py`` and ``tools/demo.py`` add it to
     every config; a Runner built otherwise needs it in ``custom_hooks``.
@@ -49,9 +58,18 @@ class CheckpointCheckHook(Hook):
     priority = 'VERY_HIGH'  # before hooks that use the loaded weights (EMA)
 
     def before_run(self, runner) -> None:
-        """Describe a ``load_from`` / resume file that cannot be loaded
-        (empty, corrupt, a plain pickle, needing code to unpickle) before
-        the Runner's loader fails on it with a bare error."""
+        """Checkpoints written whole or not at all
+        (:func:`save_checkpoints_atomically`); an automatic resume from the
+        newest checkpoint of the run that reads
+        (:func:`whole_latest_checkpoint`); a ``load_from`` / resume file
+        that cannot be loaded (empty, corrupt, a plain pickle, needing code
+        to unpickle) described before the Runner's loader fails on it with
+        a bare error."""
+        save_checkpoints_atomically(runner)
+        if getattr(runner, '_resume', False) and \
+                getattr(runner, '_load_from', None) is None:
+            # What the Runner would resume from, once it reads.
+            runner._load_from = whole_latest_checkpoint(runner.work_dir)
         source = getattr(runner, '_load_from', None)
         if isinstance(source, str):
             check_checkpoint_file(source)
