@@ -333,3 +333,33 @@ def test_every_skeleton_is_in_the_catalogue():
     skeletons = {AttnSwinTransformer, AttnPVT, AttnPVTv2, AttnViT,
                  AttnCSwinTransformer, L2ViT}
     assert set(SKELETONS) == skeletons
+
+
+FAMILIES = [name for name in registered_backbones()
+            if not name.startswith('Attn') and name != 'L2ViT']
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_every_family_refuses_attn_cfgs_by_name(name):
+    """One rule for every family: its attentions come from its own
+    keywords; ``attn_cfgs`` (which would replace them) is refused, naming
+    the skeleton that takes it."""
+    cls = getattr(backbones, name)
+    skeleton = next(c for c in cls.__mro__[1:] if c.__name__.startswith(
+        'Attn'))
+    with pytest.raises(TypeError, match=rf'{name} builds its attentions .* '
+                       rf'give attn_cfgs to {skeleton.__name__}'):
+        build_tiny(name, attn_cfgs=dict(type='MultiheadSelfAttention'))
+
+
+@pytest.mark.parametrize('name', ['AttnSwinTransformer', 'AttnViT',
+                                  'LessAttnViT', 'MSFViT'])
+def test_img_size_and_pretrain_img_size_are_one_setting(name):
+    """Either name is taken, the same size under both too; two different
+    sizes are refused, naming both (one rule for every skeleton)."""
+    for kwargs in (dict(img_size=64), dict(pretrain_img_size=64),
+                   dict(img_size=64, pretrain_img_size=64)):
+        build_tiny(name, **kwargs)
+    with pytest.raises(ValueError, match='img_size=64 and pretrain_img_size'
+                       '=96: both name the pretraining input size'):
+        build_tiny(name, img_size=64, pretrain_img_size=96)

@@ -49,6 +49,25 @@ from .layer_depth import LayerDepth
 
 AttnCfgs = Union[None, dict, Sequence[Union[None, dict, Sequence[dict]]],
                  Callable[[dict, List[Grid]], object]]
+#: The modules of the skeletons (the classes that take ``attn_cfgs``).
+SKELETON_MODULES = ('swin', 'pvt', 'vit', 'cswin', 'l2vit')
+
+
+def family_attn_cfgs(family: type, kwargs: dict, plan: AttnCfgs) -> AttnCfgs:
+    """The ``attn_cfgs`` a family hands its skeleton: its own ``plan``,
+    built from its own keywords. One rule for every family: ``attn_cfgs``
+    given to the family is refused by name (it would replace the plan, and
+    the family's keywords with it); the skeleton takes it."""
+    if 'attn_cfgs' in kwargs:
+        skeleton = next(c for c in family.__mro__[1:] if c.__module__.rsplit(
+            '.', 1)[-1] in SKELETON_MODULES)
+        raise TypeError(
+            f'{family.__name__} builds its attentions from its own keywords '
+            'and takes no attn_cfgs; to place attentions yourself, give '
+            f'attn_cfgs to {skeleton.__name__}')
+    return plan
+
+
 class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
                      LayerDepth, BaseModule):
     """Base class of the package's backbones (mmpretrain style).

@@ -18,6 +18,7 @@ import torch
 from ...registry import register_model
 from ..loading import StateDict
 from .checkpoint_loading import register_block_converter
+from .base_backbone import family_attn_cfgs
 from .cswin import AttnCSwinTransformer
 from .pvt import AttnPVT, AttnPVTv2, convert_pvt_block
 from .swin import AttnSwinTransformer
@@ -103,9 +104,10 @@ class FLattenSwinTransformer(AttnSwinTransformer):
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
                  **kwargs):
-        kwargs.setdefault('attn_cfgs', flatten_in_leading_stages(
-            focused_linear(focusing_factor, kernel_size), num_flatten_stages,
-            flatten_window_size))
+        kwargs['attn_cfgs'] = family_attn_cfgs(
+            type(self), kwargs, flatten_in_leading_stages(
+                focused_linear(focusing_factor, kernel_size),
+                num_flatten_stages, flatten_window_size))
         super().__init__(arch=arch, **kwargs)
 
 
@@ -141,8 +143,8 @@ class FLattenPVT(AttnPVT):
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
                  **kwargs):
-        kwargs.setdefault('attn_cfgs',
-                          focused_linear(focusing_factor, kernel_size))
+        kwargs['attn_cfgs'] = family_attn_cfgs(
+            type(self), kwargs, focused_linear(focusing_factor, kernel_size))
         for key, value in dict(sr_ratios=(1, 1, 1, 1),
                                paddings=('corner', ) * 4, out_norm=True,
                                patch_norm_cfg=dict(type='LN')).items():
@@ -207,9 +209,10 @@ class FLattenCSwinTransformer(AttnCSwinTransformer):
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
                  **kwargs):
-        kwargs.setdefault('attn_cfgs', flatten_in_leading_stages(
-            focused_linear(focusing_factor, kernel_size, lepe=True),
-            num_flatten_stages))
+        kwargs['attn_cfgs'] = family_attn_cfgs(
+            type(self), kwargs, flatten_in_leading_stages(
+                focused_linear(focusing_factor, kernel_size, lepe=True),
+                num_flatten_stages))
         super().__init__(arch=arch, **kwargs)
 
 
@@ -257,8 +260,8 @@ class FLattenDeiT(AttnViT):
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
                  **kwargs):
-        kwargs.setdefault('attn_cfgs',
-                          focused_linear(focusing_factor, kernel_size))
+        kwargs['attn_cfgs'] = family_attn_cfgs(
+            type(self), kwargs, focused_linear(focusing_factor, kernel_size))
         for key, value in dict(with_cls_token=False, final_norm=False,
                                out_norm=True,
                                norm_cfg=dict(type='LN', eps=1e-6),

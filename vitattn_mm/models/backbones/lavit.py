@@ -13,15 +13,11 @@ from ...registry import register_model
 from ..attentions.less_attention import (attention_residuals,
                                          less_attention_cfg,
                                          less_attention_layers)
+from ..layers.common import pretrain_input_size
+from .base_backbone import family_attn_cfgs
 from .pvt import PVT_WIDTHS, AttnPVT
 from .swin import AttnSwinTransformer
 from .vit import NO_CLS_TOKEN_CONVENTIONS, AttnViT
-
-
-def _refuse_attn_cfgs(cls: type, kwargs: dict) -> None:
-    if 'attn_cfgs' in kwargs:
-        raise TypeError(f'{cls.__name__} builds its own attn_cfgs from '
-                        'la_start')
 
 
 @register_model
@@ -109,7 +105,6 @@ class LaViT(AttnPVT):
                  out_norm: bool = True,
                  patch_norm_cfg: dict = dict(type='LN'),
                  **kwargs):
-        _refuse_attn_cfgs(type(self), kwargs)
         if attn_residual and any(sr_ratios[i - 1] != 2 * sr_ratios[i]
                                  for i in range(1, len(sr_ratios))):
             raise ValueError(
@@ -132,7 +127,7 @@ class LaViT(AttnPVT):
 
         super().__init__(
             arch=arch,
-            attn_cfgs=plan,
+            attn_cfgs=family_attn_cfgs(type(self), kwargs, plan),
             pretrain_img_size=pretrain_img_size,
             sr_ratios=sr_ratios,
             paddings=paddings,
@@ -202,8 +197,8 @@ class LessAttnViT(AttnViT):
                  dp_loss_form: str = 'bounded',
                  pretrain_img_size: Union[int, Tuple[int, int]] = 224,
                  **kwargs):
-        _refuse_attn_cfgs(type(self), kwargs)
-        pretrain_img_size = kwargs.pop('img_size', pretrain_img_size)
+        pretrain_img_size = pretrain_input_size(kwargs.pop('img_size', None),
+                                                pretrain_img_size)
         less = less_attention_cfg(la_transform, la_kernel_size,
                                   pretrain_img_size, dp_loss_weight,
                                   dp_loss_form)
@@ -224,7 +219,8 @@ class LessAttnViT(AttnViT):
                                interpolate_mode='bilinear').items():
             kwargs.setdefault(key, value)
         super().__init__(
-            arch=arch, attn_cfgs=plan, img_size=pretrain_img_size, **kwargs)
+            arch=arch, attn_cfgs=family_attn_cfgs(type(self), kwargs, plan),
+            img_size=pretrain_img_size, **kwargs)
 
 
 @register_model
@@ -290,7 +286,6 @@ class LessAttnSwinTransformer(AttnSwinTransformer):
                  dp_loss_form: str = 'bounded',
                  window_size: int = 7,
                  **kwargs):
-        _refuse_attn_cfgs(type(self), kwargs)
         window = dict(type='WindowedAttention', window_size=window_size)
         less = less_attention_cfg(la_transform, la_kernel_size, window_size,
                                   dp_loss_weight, dp_loss_form)
@@ -320,4 +315,5 @@ class LessAttnSwinTransformer(AttnSwinTransformer):
             return layers
 
         super().__init__(
-            arch=arch, attn_cfgs=plan, window_size=window_size, **kwargs)
+            arch=arch, attn_cfgs=family_attn_cfgs(type(self), kwargs, plan),
+            window_size=window_size, **kwargs)

@@ -15,6 +15,7 @@ from typing import Union
 import torch.nn as nn
 
 from ...registry import register_model
+from .base_backbone import family_attn_cfgs
 from .swin import AttnSwinTransformer
 from .vit import DEIT, NO_CLS_TOKEN_CONVENTIONS, AttnViT
 
@@ -57,8 +58,8 @@ class MSFSwinTransformer(AttnSwinTransformer):
                  group_mode: str = 'interleave',
                  fused: bool = True,
                  **kwargs):
-        kwargs.setdefault(
-            'attn_cfgs',
+        kwargs['attn_cfgs'] = family_attn_cfgs(
+            type(self), kwargs,
             dict(type='ShiftWindowMSA',
                  window_msa='MeanShiftAttention',
                  mean_shift=mean_shift,
@@ -131,8 +132,8 @@ class MSFViT(AttnViT):
                  fused: bool = True,
                  pos_embed: str = 'sincos',
                  **kwargs):
-        kwargs.setdefault(
-            'attn_cfgs',
+        kwargs['attn_cfgs'] = family_attn_cfgs(
+            type(self), kwargs,
             dict(type='MeanShiftAttention',
                  mean_shift=mean_shift,
                  groups=groups,

@@ -21,7 +21,8 @@ from ...registry import register_model
 from ..attentions.base import attention_class
 from ..attentions.windowed import WindowedAttention
 from ..layers.blocks import TransformerBlock
-from ..layers.common import InvalidArgument, check_type, to_2tuple_int
+from ..layers.common import (InvalidArgument, check_type,
+                             pretrain_input_size, to_2tuple_int)
 from ..layers.padding import (CornerPatchEmbed, CornerPatchMerging,
                               grid_after_stride)
 from ..layers.pos_embed import resize_pos_embed
@@ -181,11 +182,7 @@ class AttnSwinTransformer(StagedBackbone):
                              'window_size, mlp_ratio ...')
         if out_after_downsample:
             raise ValueError('out_after_downsample=True is not supported')
-        if img_size is not None:
-            if pretrain_img_size not in (224, img_size):
-                raise ValueError('give img_size or pretrain_img_size, not '
-                                 'both')
-            pretrain_img_size = img_size
+        pretrain_img_size = pretrain_input_size(img_size, pretrain_img_size)
         for name, value in (('qkv_bias', qkv_bias), ('patch_norm', patch_norm),
                             ('use_abs_pos_embed', use_abs_pos_embed)):
             check_type(name, value, bool)

@@ -22,7 +22,7 @@ from ...registry import register_model
 from ..attentions.base import Grid, attention_class
 from ..layers.blocks import TransformerBlock
 from ..layers.common import (InvalidArgument, check_type, nlc_to_nchw,
-                             to_2tuple_int)
+                             pretrain_input_size, to_2tuple_int)
 from ..layers.padding import CornerPatchEmbed, grid_after_stride
 from ..layers.patch_embed import PixelNormPatchEmbed
 from ..layers.pos_embed import resize_pos_embed, sincos_pos_embed_2d
@@ -232,8 +232,7 @@ class AttnViT(StagedBackbone):
                 ('num_fcs', num_fcs, 2), ('out_origin', out_origin, False)):
             if value != default:
                 raise ValueError(f'{name}={value!r} is not supported')
-        if pretrain_img_size is not None:
-            img_size = pretrain_img_size
+        img_size = pretrain_input_size(img_size, pretrain_img_size)
         self.embed_dims = embed_dims = arch['embed_dims']
         self.num_layers, self.num_features = depth, [embed_dims] * depth
         self.out_type, self.final_norm = out_type, final_norm

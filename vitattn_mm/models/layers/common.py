@@ -76,6 +76,24 @@ def to_2tuple_int(value, name: str = 'size') -> Tuple[int, int]:
     return int(value[0]), int(value[-1])
 
 
+def pretrain_input_size(img_size, pretrain_img_size, default=224):
+    """The pretraining input size, which the stock classes name
+    ``img_size`` (mmpretrain's classes, mmseg's ViT) or
+    ``pretrain_img_size`` (mmdet's and mmseg's Swin and PVT): either name
+    is taken; both, set away from the default to different sizes, raise
+    naming both (one rule for every skeleton)."""
+    given = [(name, value) for name, value in (
+        ('img_size', img_size), ('pretrain_img_size', pretrain_img_size))
+        if value is not None and value != default]
+    if len(given) == 2 and to_2tuple_int(given[0][1]) != to_2tuple_int(
+            given[1][1]):
+        raise InvalidArgument(
+            f'img_size={img_size!r} and pretrain_img_size='
+            f'{pretrain_img_size!r}: both name the pretraining input size; '
+            'give one')
+    return given[0][1] if given else default
+
+
 def freeze_module(module: nn.Module) -> None:
     """Put ``module`` in eval mode and stop its gradients."""
     module.eval()
