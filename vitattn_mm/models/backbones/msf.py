@@ -25,8 +25,10 @@ class MSFSwinTransformer(AttnSwinTransformer):
     """Swin Transformer with MSF attention in every window (paper Table 6).
 
     :class:`AttnSwinTransformer` with :class:`MeanShiftAttention` as the
-    window attention of every stage (inside mmpretrain's
-    ``ShiftWindowMSA``, with Swin's relative position bias and shift mask).
+    window attention of every stage (inside the window wrapper,
+    :class:`~vitattn_mm.models.attentions.WindowedAttention`, registered
+    as ``ShiftWindowMSA``; with Swin's relative position bias and shift
+    mask).
     ``mean_shift=False`` gives Swin itself (the paper's "Orig." rows);
     ``groups=2`` the "MSF w/ 2-group" rows.
 
@@ -108,7 +110,7 @@ class MSFViT(AttnViT):
         fused (bool): Fused attention kernel. Default: True.
         pos_embed (str): 'sincos' or 'learned'. Default: 'sincos'.
         **kwargs: :class:`AttnViT` arguments (``patch_size``,
-            ``ffn_ratio``, ``pretrain_img_size``, ``out_indices``,
+            ``mlp_ratio``, ``pretrain_img_size``, ``out_indices``,
             ``out_type``, ``drop_path_rate``, ``with_cp``,
             ``frozen_stages``, ``init_cfg``...).
     """
