@@ -5,6 +5,7 @@ tables resized)."""
 import os
 import os.path as osp
 import pickle
+import re
 import subprocess
 import sys
 
@@ -21,8 +22,8 @@ import vitattn_mm  # noqa: F401  (allows mmengine's data types)
 from vitattn_mm.models.backbones.base_backbone import StagedBackbone
 from vitattn_mm.models.backbones.packages import mmpretrain
 from vitattn_mm.models.layers import ResizablePosEmbed, resize_pos_embed
-from vitattn_mm.models.loading import load_pretrained
-from vitattn_mm.utils.checkpoint import (UnsafeCheckpointError,
+from vitattn_mm.models.checkpoint.pretrained import load_pretrained
+from vitattn_mm.models.checkpoint.files import (UnsafeCheckpointError,
                                          load_checkpoint_file)
 
 
@@ -183,23 +184,57 @@ def test_pretrained_official_file_loads_everything(tmp_path):
     assert model.pos_embed.weight.shape == (1, 16, 4)
 
 
-def test_a_layout_2_vit_file_loads():
-    """0.4's first layout (2) kept a ViT's table as ``pos_embed.weight``;
-    layout 3 has the stock tensor ``pos_embed``: such a file loads
-    strictly and computes the same."""
+def test_the_stock_version_slot_is_not_ours():
+    """mmpretrain's Swin saves ``version=3`` in the module's metadata slot;
+    this package records its layout under a key of its own, so such a file
+    is still migrated (mmpretrain's version-1 final ``norm`` ->
+    ``norm{last}``) and loads strictly."""
     torch.manual_seed(0)
-    source = build_tiny('AttnViT')
+    source = build_tiny('AttnSwinTransformer')
     state = source.state_dict()
+    stock = type(state)((re.sub(r'^norm3\.', 'norm.', k), v)
+                        for k, v in state.items())
+    stock._metadata = type(state._metadata)((name, {'version': 3})
+                                            for name in state._metadata)
+    target = build_tiny('AttnSwinTransformer')
+    target.load_state_dict(stock, strict=True)
+    torch.testing.assert_close(target.norm3.weight, source.norm3.weight)
+
+
+def test_files_of_unreleased_layouts_are_not_migrated():
+    """0.3's and 0.4's layouts were never released: a ViT table saved as
+    0.4's ``pos_embed.weight``, or 0.3's first-stage patch embedding, is
+    not renamed (the load reports it unexpected)."""
+    torch.manual_seed(0)
+    state = build_tiny('AttnViT').state_dict()
     old = type(state)((('pos_embed.weight' if k == 'pos_embed' else k), v)
                       for k, v in state.items())
-    old._metadata = state._metadata
-    old._metadata[''] = dict(old._metadata[''], version=2)
-    target = build_tiny('AttnViT', init_cfg=None)
-    torch.nn.init.zeros_(target.pos_embed)
-    target.load_state_dict(old, strict=True)
-    x = torch.randn(1, 3, 48, 64)
-    with torch.no_grad():
-        torch.testing.assert_close(target(x), source(x), rtol=0, atol=0)
+    result = build_tiny('AttnViT').load_state_dict(old, strict=False)
+    assert result.missing_keys == ['pos_embed']
+    assert result.unexpected_keys == ['pos_embed.weight']
+
+
+def test_a_non_square_position_table_resizes_or_is_refused_by_name(
+        tmp_path):
+    """A table learned on a non-square grid of the model's aspect ratio is
+    resized (48x64 tokens -> 24x32); one whose length fits no grid is
+    refused naming it, not reported as a shape mismatch."""
+    build = TABLES['vit'][0]
+    small = mmpretrain.AttnViT(arch=dict(embed_dims=16, num_layers=1,
+                                         num_heads=1), img_size=(384, 512),
+                               patch_size=16)
+    large = mmpretrain.AttnViT(arch=dict(embed_dims=16, num_layers=1,
+                                         num_heads=1), img_size=(768, 1024),
+                               patch_size=16)
+    state = small.state_dict()
+    large.load_state_dict(state, strict=True)
+    expected = resize_pos_embed(state['pos_embed'], (24, 32), (48, 64),
+                                'bicubic', 1)
+    torch.testing.assert_close(large.pos_embed, expected)
+    state['pos_embed'] = state['pos_embed'][:, :-5]
+    with pytest.raises(ValueError, match='cannot resize the pos_embed of '
+                       r'shape \(1, 764, 16\)'):
+        build(224).load_state_dict(state, strict=False)
 
 
 def test_convert_weights_false_loads_no_official_layout(tmp_path):
@@ -240,14 +275,20 @@ def test_pretrained_nothing_matches_raises(tmp_path):
         model.init_weights()
 
 
-def test_pretrained_shape_mismatch_is_reported_not_loaded(tmp_path):
+def test_pretrained_shape_mismatch_is_refused_or_reported(tmp_path):
+    """A tensor of another shape leaves a backbone parameter random:
+    refused by name; asked for a partial load, it is reported and not
+    loaded."""
     state = TinyBackbone().state_dict()
     state['norm.weight'] = torch.zeros(7)
     path = str(tmp_path / 'mismatch.pth')
     torch.save(state, path)
     model = TinyBackbone()
     before = model.norm.weight.clone()
-    report = load_pretrained(model, path)
+    with pytest.raises(RuntimeError, match='leaves 1 backbone parameters .*'
+                       'at their random initial values: norm.weight'):
+        load_pretrained(model, path)
+    report = load_pretrained(model, path, min_loaded_ratio=0)
     assert report.mismatched and report.mismatched[0].startswith('norm.weight')
     torch.testing.assert_close(model.norm.weight, before)
 
@@ -353,3 +394,56 @@ def test_a_224_file_loads_into_a_384_model_through_every_loader(
         table = model.state_dict()[key]
         assert table.shape == expected.shape, how
         torch.testing.assert_close(table, expected, msg=how)
+
+
+@pytest.mark.parametrize('how', ['init_cfg', 'load_checkpoint', 'load_from',
+                                 'resume'])
+def test_a_file_is_adapted_once_per_load(how, tmp_path, monkeypatch):
+    """Every loader adapts a file of another layout once: ``load_from`` and
+    ``resume`` in ``CheckpointCheckHook``, which hands the Runner the
+    adapted tensors marked as adapted, so the backbone's own load hook
+    does not convert them again. Counted at the converter."""
+    from mmengine.runner import load_checkpoint
+
+    from vitattn_mm.models.checkpoint.adapt import LAYOUT_KEY
+    build = TABLES['swin'][0]
+    torch.manual_seed(0)
+    work_dir = tmp_path / 'train'
+    work_dir.mkdir()
+    runner = _runner(work_dir, build(224), 224)
+    runner.train()
+    # A file that does not record this package's layout (as a stock
+    # class's or an official one): every load must adapt it.
+    trained = torch.load(osp.join(work_dir, 'iter_1.pth'),
+                         weights_only=False)
+    for meta in trained['state_dict']._metadata.values():
+        meta.pop(LAYOUT_KEY, None)
+    foreign = str(tmp_path / 'foreign.pth')
+    torch.save(trained, foreign)
+    backbone_file = str(tmp_path / 'backbone.pth')
+    torch.save(type(trained['state_dict'])(
+        (k[len('backbone.'):], v) for k, v in trained['state_dict'].items()),
+        backbone_file)
+
+    calls = []
+    cls = type(build(224))
+    convert = cls.convert_official
+    monkeypatch.setattr(cls, 'convert_official',
+                        lambda self, sd: calls.append(1) or convert(self, sd))
+    if how == 'init_cfg':
+        model = build(224)
+        model.init_cfg = dict(type='Pretrained', checkpoint=backbone_file)
+        model.init_weights()
+    elif how == 'load_checkpoint':
+        load_checkpoint(build(224), backbone_file, strict=True)
+    else:
+        other = tmp_path / how
+        other.mkdir()
+        runner = _runner(other, build(224), 224, load_from=foreign,
+                         resume=how == 'resume',
+                         custom_hooks=[dict(type='CheckpointCheckHook')])
+        if how == 'resume':
+            runner.optim_wrapper = runner.build_optim_wrapper(
+                runner.optim_wrapper)
+        runner.load_or_resume()
+    assert len(calls) == 1

@@ -107,7 +107,7 @@ def test_every_path_the_docs_cite_exists(doc):
             head, _, attr = path.rpartition('.')
             if not path.endswith(('.py', '.md', '/')) and '/' in head \
                     and attr.isidentifier():
-                # models/loading.load_pretrained: a module's attribute
+                # models/checkpoint/pretrained.load_pretrained: an attribute
                 module = importlib.import_module(
                     'vitattn_mm.' + head.replace('/', '.'))
                 if not hasattr(module, attr):

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tiny_backbones import ARCHS
+from tiny_backbones import ARCHS, build_tiny
 from vitattn_mm.models.attentions import FocusedLinearAttention
 from vitattn_mm.ops import focused_linear_attention_eager
 from vitattn_mm.models.backbones.flatten import (FLattenDeiT, FLattenPVT,
@@ -562,3 +562,37 @@ def test_converter_script(official_files, tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------- precision
+
+
+def test_a_whole_map_file_loads_strictly_into_the_windowed_model(tmp_path):
+    """The file of FLatten-Swin with FLatten stages over the whole map
+    (``attn.*``) loads strictly into the same model in 56-token windows
+    (``attn.w_msa.*``) and the other way round, through ``init_cfg`` too;
+    a file missing attention weights is refused, naming them."""
+    from vitattn_mm.models.checkpoint.pretrained import load_pretrained
+    torch.manual_seed(0)
+    whole = build_tiny('FLattenSwinTransformer')
+    windowed = build_tiny('FLattenSwinTransformer', flatten_window_size=56)
+    assert any('.attn.w_msa.' in k for k in windowed.state_dict())
+    state = whole.state_dict()
+    windowed.load_state_dict(state, strict=True)
+    loaded = windowed.state_dict()
+    for key, value in state.items():
+        inner = key.replace('.attn.', '.attn.w_msa.', 1)
+        torch.testing.assert_close(loaded[inner if inner in loaded else key],
+                                   value)
+    build_tiny('FLattenSwinTransformer').load_state_dict(
+        windowed.state_dict(), strict=True)
+    path = str(tmp_path / 'whole.pth')
+    torch.save({'state_dict': {f'backbone.{k}': v for k, v in state.items()}},
+               path)
+    report = load_pretrained(build_tiny('FLattenSwinTransformer',
+                                        flatten_window_size=56), path)
+    assert report.missing == [] and report.unexpected == []
+    cut = {k: v for k, v in state.items()
+           if not k.startswith('stages.0.blocks.0.attn.kv.')}
+    torch.save(cut, path)
+    with pytest.raises(RuntimeError,
+                       match=r'stages\.0\.blocks\.0\.attn\.w_msa\.kv\.weight'):
+        load_pretrained(build_tiny('FLattenSwinTransformer',
+                                   flatten_window_size=56), path)

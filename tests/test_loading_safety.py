@@ -25,7 +25,7 @@ from vitattn_mm.models.backbones.flatten import (FLattenPVT,
 from vitattn_mm.models.backbones.l2vit import L2ViT
 from vitattn_mm.models.backbones.lavit import LaViT
 from vitattn_mm.models.backbones.msf import MSFSwinTransformer, MSFViT
-from vitattn_mm.utils.checkpoint import (InvalidCheckpointError,
+from vitattn_mm.models.checkpoint.files import (InvalidCheckpointError,
                                          UnsafeCheckpointError,
                                          load_checkpoint_file)
 from vitattn_tools.converter import converter_main
@@ -388,7 +388,7 @@ def test_every_converter_hint_names_a_command_that_runs():
     import sys
 
     from tiny_backbones import build_tiny, registered_backbones
-    from vitattn_mm.engine.checkpoint_check import official_release_advice
+    from vitattn_mm.models.checkpoint.guard import official_release_advice
     commands = {}
     for name in registered_backbones():
         backbone = build_tiny(name)

@@ -232,7 +232,7 @@ def test_a_value_a_family_cannot_honour_raises_naming_it():
         AttnPVT(arch='tiny', attn_cfgs=dict(type='MeanShiftAttention'))
     with pytest.raises(ValueError, match='with_cls_token'):
         FLattenDeiT(with_cls_token=True, out_type='cls_token')
-    with pytest.raises(ValueError, match='cannot take the mask'):
+    with pytest.raises(ValueError, match='cannot run in shifted windows'):
         AttnSwinTransformer(**dict(MMDET_SWIN), attn_cfgs=dict(
             type='ShiftWindowMSA', window_msa='FocusedLinearAttention'))
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from vitattn_mm.utils.checkpoint import UnsafeCheckpointError  # noqa: F401
+from vitattn_mm.models.checkpoint.files import UnsafeCheckpointError  # noqa: F401
 
 pytestmark = pytest.mark.slow
 

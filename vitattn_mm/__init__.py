@@ -5,7 +5,7 @@ the backbones into mmdet's, mmseg's and mmpretrain's ``MODELS`` and adds the
 data types of mmengine's own checkpoints to torch's weights-only allowlist,
 so ``load_from`` and ``resume`` read them (no loader is patched).
 """
-from .utils.checkpoint import allow_checkpoint_types
+from .models.checkpoint.files import allow_checkpoint_types
 from .version import __version__
 
 allow_checkpoint_types()

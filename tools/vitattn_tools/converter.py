@@ -9,8 +9,8 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from vitattn_mm.models.loading import StateDict, unwrap_state_dict
-from vitattn_mm.utils.checkpoint import load_checkpoint_file
+from vitattn_mm.models.checkpoint.pretrained import StateDict, unwrap_state_dict
+from vitattn_mm.models.checkpoint.files import load_checkpoint_file
 
 
 def backbone_for(backbone_cls: type, state_dict: StateDict) -> nn.Module:
@@ -74,7 +74,7 @@ def converter_main(convert: Callable[[StateDict], StateDict],
         "the first of 'state_dict', 'model', 'module'")
     args = parser.parse_args(argv)
     # Weights-only; the official scripts' pickled options (argparse
-    # Namespace, yacs CfgNode) are allowlisted by vitattn_mm.utils.checkpoint.
+    # Namespace, yacs CfgNode) are allowlisted by vitattn_mm.models.checkpoint.files.
     checkpoint = load_checkpoint_file(args.src)
     converted = convert(unwrap_state_dict(checkpoint, args.key))
     if osp.dirname(args.dst):

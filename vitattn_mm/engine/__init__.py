@@ -1,4 +1,4 @@
-from .checkpoint_check import CheckpointCheckHook
+from ..models.checkpoint.guard import CheckpointCheckHook
 from .compile_hook import CompileBackboneHook
 from .hooks import EvaluateBeforeTrainHook, RandomStateHook
 from .optim_wrapper import AutocastOptimWrapper

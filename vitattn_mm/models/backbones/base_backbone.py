@@ -21,7 +21,7 @@ that layout, once for every skeleton:
   each OpenMMLab package's meaning in that package's class
   (:meth:`for_package`);
 * the one checkpoint path, which every loader takes
-  (:class:`~vitattn_mm.models.backbones.checkpoint_loading.CheckpointLoading`);
+  (:class:`~vitattn_mm.models.checkpoint.adapt.CheckpointLoading`);
 * each parameter's depth for layer-wise learning-rate decay
   (:class:`~vitattn_mm.models.backbones.layer_depth.LayerDepth`).
 """
@@ -43,7 +43,7 @@ from ..layers.common import (InvalidArgument, check_type, freeze_module,
 from ..layers.stage import linear_drop_path_rates
 from . import packages
 from .arch import ArchResolution
-from .checkpoint_loading import CheckpointLoading
+from ..checkpoint.adapt import CheckpointLoading
 from .input_size import InputSize
 from .layer_depth import LayerDepth
 
@@ -166,6 +166,7 @@ class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
         self.with_cp = with_cp
         self.convert_weights = convert_weights
         self.attn_backend = check_backend(attn_backend)
+        self.register_state_dict_post_hook(self.record_layout)
         # The skeleton adds ``self.stages`` (a ModuleList) after its stem,
         # so modules come in the order data goes through them.
         # Dropout after position embeddings (skeletons with drop_rate set

@@ -24,9 +24,9 @@ from ..layers.blocks import TransformerBlock
 from ..layers.padding import CornerPatchEmbed, grid_after_stride, pad_corner
 from ..layers.stage import Stage, init_linear_and_norm
 from ..layers.common import to_2tuple_int
-from ..loading import StateDict
+from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
-from .checkpoint_loading import block_converter
+from ..checkpoint.adapt import block_converter
 
 
 @register_model
@@ -172,20 +172,6 @@ class AttnCSwinTransformer(StagedBackbone):
     def convert_official(self, state_dict: StateDict) -> StateDict:
         """See :func:`convert_official_cswin`."""
         return convert_official_cswin(state_dict, self.block_attention)
-
-    def migrate_layout(self, state_dict: StateDict) -> StateDict:
-        """0.3's first-stage patch embedding (``stages.0.patch_embed``) ->
-        the stem ``patch_embed``."""
-        return migrate_stem(state_dict)
-
-
-def migrate_stem(state_dict: StateDict) -> StateDict:
-    """Layouts of 0.3, where the first stage's patch embedding was the
-    stage's (``stages.0.patch_embed``), -> the stem ``patch_embed``."""
-    return OrderedDict(
-        (re.sub(r'^stages\.0\.patch_embed\.', 'patch_embed.', k), v)
-        for k, v in state_dict.items())
-
 
 #: Official CSwin-block names -> ours (cross-shaped attention blocks).
 _CSWIN_BLOCK_NAMES = (

@@ -16,8 +16,8 @@ from typing import Optional, Union
 import torch
 
 from ...registry import register_model
-from ..loading import StateDict
-from .checkpoint_loading import register_block_converter
+from ..checkpoint.pretrained import StateDict
+from ..checkpoint.adapt import register_block_converter
 from .base_backbone import family_attn_cfgs
 from .cswin import AttnCSwinTransformer
 from .pvt import AttnPVT, AttnPVTv2, convert_pvt_block

@@ -32,10 +32,9 @@ from ..layers.common import nchw_to_nlc, to_2tuple_int
 from ..layers.padding import CornerPadding, grid_after_stride
 from ..layers.pos_embed import ConditionalPositionEncoding
 from ..layers.stage import Stage
-from ..loading import StateDict
+from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
-from .checkpoint_loading import block_converter
-from .cswin import migrate_stem
+from ..checkpoint.adapt import block_converter
 
 
 class ConvStem(BaseModule):
@@ -329,12 +328,6 @@ class L2ViT(StagedBackbone):
     def convert_official(self, state_dict: StateDict) -> StateDict:
         """See :func:`convert_official_l2vit`."""
         return convert_official_l2vit(state_dict, self.block_attention)
-
-    def migrate_layout(self, state_dict: StateDict) -> StateDict:
-        """0.3's first-stage patch embedding (``stages.0.patch_embed``) ->
-        the stem ``patch_embed``."""
-        return migrate_stem(state_dict)
-
 
 #: Official name patterns -> ours (applied to every key, in order).
 _OFFICIAL_RENAMES = (

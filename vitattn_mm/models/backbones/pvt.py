@@ -23,9 +23,9 @@ from ..layers.common import check_type, to_2tuple_int
 from ..layers.padding import CornerPatchEmbed
 from ..layers.pos_embed import ResizablePosEmbed
 from ..layers.stage import Stage, init_linear_and_norm
-from ..loading import StateDict
+from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
-from .checkpoint_loading import block_converter
+from ..checkpoint.adapt import block_converter
 
 #: Heads and MLP ratios shared by every PVT / PVTv2 variant; widths of all
 #: but PVTv2-b0.
@@ -247,23 +247,23 @@ class AttnPVT(StagedBackbone):
         return convert_official_pvt(state_dict, self.block_attention)
 
     def migrate_layout(self, state_dict: StateDict) -> StateDict:
-        """mmdet's layout and 0.3's -> ours.
+        """mmdet's layout -> ours.
 
-        mmdet: ``layers.{i}.0`` -> the stage's patch embedding (the stem
+        ``layers.{i}.0`` -> the stage's patch embedding (the stem
         ``patch_embed`` for the first), ``layers.{i}.1.0.pos_embed`` ->
         ``stages.{i}.pos_embed.weight``, ``layers.{i}.1.{j+1}`` (``j`` with
         position embeddings) -> ``stages.{i}.blocks.{j}``, ``layers.{i}.2``
         -> ``stages.{i}.norm``; the attentions' fused projections
         (``attn.attn.in_proj_*``, ``attn.attn.out_proj``) split into ``q``,
         ``kv`` and ``proj``; PVT's FFN written as 1x1 convs
-        (``ffn.layers.{0,3}``, 4-D) -> mmcv's Linear FFN. 0.3: the first
-        stage's patch embedding ``stages.0.patch_embed`` -> ``patch_embed``.
+        (``ffn.layers.{0,3}``, 4-D) -> mmcv's Linear FFN.
         """
         offset = int(any(re.match(r'layers\.\d+\.1\.0\.pos_embed$', k)
                          for k in state_dict))
         conv_ffn = any('.ffn.layers.4.' in k for k in state_dict)
         migrated = OrderedDict()
         for key, value in state_dict.items():
+            key = re.sub(r'^layers\.0\.0\.', 'patch_embed.', key)  # the stem
             key = re.sub(r'^layers\.(\d+)\.0\.', r'stages.\1.patch_embed.',
                          key)
             key = re.sub(r'^layers\.(\d+)\.1\.0\.pos_embed$',
@@ -273,7 +273,6 @@ class AttnPVT(StagedBackbone):
                 f'stages.{m.group(1)}.blocks.{int(m.group(2)) - offset}.',
                 key)
             key = re.sub(r'^layers\.(\d+)\.2\.', r'stages.\1.norm.', key)
-            key = re.sub(r'^stages\.0\.patch_embed\.', 'patch_embed.', key)
             m = re.match(r'(.+\.attn\.)attn\.(in_proj_|out_proj\.)'
                          r'(weight|bias)$', key)
             if m and m.group(2) == 'in_proj_':

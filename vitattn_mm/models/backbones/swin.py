@@ -27,9 +27,9 @@ from ..layers.padding import (CornerPatchEmbed, CornerPatchMerging,
                               grid_after_stride)
 from ..layers.pos_embed import resize_pos_embed
 from ..layers.stage import Stage, init_linear_and_norm
-from ..loading import StateDict
+from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
-from .checkpoint_loading import block_converter
+from ..checkpoint.adapt import block_converter
 
 #: Swin's attention in the stages that name none.
 SWIN_ATTENTION = dict(type='WindowedAttention', window_msa='WindowMSA')

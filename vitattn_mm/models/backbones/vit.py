@@ -27,7 +27,7 @@ from ..layers.padding import CornerPatchEmbed, grid_after_stride
 from ..layers.patch_embed import PixelNormPatchEmbed
 from ..layers.pos_embed import resize_pos_embed, sincos_pos_embed_2d
 from ..layers.stage import Stage, init_linear_and_norm
-from ..loading import StateDict
+from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
 
 #: ViT's attention in the blocks that name none.
@@ -420,8 +420,7 @@ class AttnViT(StagedBackbone):
         ``ln2`` -> ``norm1`` / ``norm2``, mmseg's fused attention
         (``attn.attn.in_proj_*``, ``attn.attn.out_proj``) -> ``attn.qkv``,
         ``attn.proj``; ``pos_embed`` (a class-token row dropped without a
-        class token), mmseg's ``ln_pre`` -> ``pre_norm``. 0.4's layout 2:
-        ``pos_embed.weight`` -> ``pos_embed``.
+        class token), mmseg's ``ln_pre`` -> ``pre_norm``.
         """
         migrated = OrderedDict()
         for key, value in state_dict.items():
@@ -431,8 +430,6 @@ class AttnViT(StagedBackbone):
             key = re.sub(r'\.attn\.attn\.in_proj_', '.attn.qkv.', key)
             key = re.sub(r'\.attn\.attn\.out_proj\.', '.attn.proj.', key)
             key = re.sub(r'^ln_pre\.', 'pre_norm.', key)
-            if key == 'pos_embed.weight':
-                key = 'pos_embed'
             migrated[key] = value
         if not self.with_cls_token:
             # Stock files hold a class token (and its position) even where

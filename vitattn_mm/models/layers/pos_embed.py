@@ -61,27 +61,47 @@ def resize_loaded_pos_embed(weight: torch.Tensor, grid_hw: Tuple[int, int],
                             num_extra_tokens: int = 0,
                             name: str = 'positional embedding'
                             ) -> torch.Tensor:
-    """A checkpoint's ``(1, E + N, C)`` table, learned on a square grid,
-    resized to ``grid_hw`` (unchanged when it is there already).
+    """A checkpoint's ``(1, E + N, C)`` table resized to ``grid_hw``
+    (unchanged when it is there already).
 
     What loading does to every position table (see
     :meth:`~vitattn_mm.models.backbones.StagedBackbone.adapt_state_dict`),
     so a file written at one input size loads into a model built for
-    another through any loader.
+    another through any loader. The file keeps no grid, only ``N``: it is
+    taken as square, else as of the model's aspect ratio (a table learned
+    at 384x512 loads at 768x1024); a table that is neither is refused by
+    name.
     """
     length = weight.shape[-2] - num_extra_tokens
     if weight.dim() == 3 and length == grid_hw[0] * grid_hw[1]:
         return weight
-    side = math.isqrt(max(length, 0))
-    if weight.dim() != 3 or side * side != length:
+    source = _source_grid(length, grid_hw) if weight.dim() == 3 else None
+    if source is None:
         raise ValueError(
-            f'cannot resize the {name} of shape {tuple(weight.shape)}: '
-            f'expected (1, {num_extra_tokens} + N, C) with N a square')
+            f'cannot resize the {name} of shape {tuple(weight.shape)} to the '
+            f'{grid_hw[0]}x{grid_hw[1]} grid: expected (1, '
+            f'{num_extra_tokens} + N, C) with N = h * w for a square grid or '
+            f'one of the model\'s aspect ratio, and {length} is neither. '
+            'Resize it to the model\'s grid before loading.')
     MMLogger.get_current_instance().info(
-        f'Resize the {name} from {side}x{side} to '
+        f'Resize the {name} from {source[0]}x{source[1]} to '
         f'{grid_hw[0]}x{grid_hw[1]}.')
-    return resize_pos_embed(weight, (side, side), grid_hw, mode,
-                            num_extra_tokens)
+    return resize_pos_embed(weight, source, grid_hw, mode, num_extra_tokens)
+
+
+def _source_grid(length: int, grid_hw: Tuple[int, int]):
+    """The grid ``length`` positions were learned on: square, else of
+    ``grid_hw``'s aspect ratio; None if neither has integer sides."""
+    side = math.isqrt(max(length, 0))
+    if side * side == length and length > 0:
+        return side, side
+    H, W = grid_hw
+    h = math.isqrt(length * H // W) if W else 0
+    for height in (h, h + 1):
+        if height and length % height == 0 and \
+                height * W == (length // height) * H:
+            return height, length // height
+    return None
 
 
 class ResizablePosEmbed(nn.Module):

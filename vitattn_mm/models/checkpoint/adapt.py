@@ -6,9 +6,9 @@ Every loader (``load_state_dict``, mmengine's ``load_checkpoint``,
 model once, in one place (:meth:`CheckpointLoading.adapt_state_dict`):
 official releases converted (one converter per skeleton, in timm's
 ``checkpoint_filter_fn`` style, with the families' block converters
-registered here by the attention they convert), stock and older layouts
-migrated (version-gated), and learned position tables resized to the
-model's grids.
+registered here by the attention they convert), the stock classes'
+layouts migrated (for files that do not record this package's layout),
+and learned position tables resized to the model's grids.
 """
 from collections import OrderedDict
 from typing import Callable, Dict, Optional, Tuple
@@ -17,7 +17,8 @@ import torch
 
 from ..attentions.base import Grid
 from ..layers.pos_embed import ResizablePosEmbed, resize_loaded_pos_embed
-from ..loading import MIN_LOADED_RATIO, LoadReport, StateDict, load_pretrained
+from .pretrained import (LAYOUT_KEY, MIN_LOADED_RATIO, LoadReport,
+                         StateDict, load_pretrained)
 
 #: ``(prefix, official name, tensor) -> {our key: tensor}``: one official
 #: tensor of a block.
@@ -68,12 +69,12 @@ class CheckpointLoading:
     #: classifier checkpoint once (``python CMD SRC DST``), or None where
     #: there is none (the release still loads through ``init_cfg``).
     converter_command: Optional[str] = None
-    #: Layout version of the state dict. 2: vitattn_mm 0.4 (one stem
-    #: ``patch_embed``); 3: a ViT's learned position table is the tensor
-    #: ``pos_embed``, as in the stock ViTs. Files of older versions, of the
-    #: stock classes and official releases are adapted when loaded
-    #: (:meth:`adapt_state_dict`).
-    _version = 3
+    #: This package's state-dict layout, recorded in a file's metadata under
+    #: a key of its own (``LAYOUT_KEY``; the module ``version`` slot is the
+    #: stock classes', e.g. mmpretrain's Swin's 3). A file without it (an
+    #: official release, a stock class's, a stripped state dict) is
+    #: adapted when loaded (:meth:`adapt_state_dict`).
+    layout: int = 1
 
     def convert_official(self, state_dict: StateDict) -> StateDict:
         """An official release's tensors under this backbone's names;
@@ -98,41 +99,65 @@ class CheckpointLoading:
         }
 
     def adapt_state_dict(self, state_dict: dict, prefix: str = '',
-                         version: Optional[int] = None) -> None:
+                         layout: Optional[int] = None) -> None:
         """Bring a file's tensors under ``prefix`` to this backbone, in
         place: the one checkpoint path, which every loader takes
         (``load_state_dict``, mmengine's ``load_checkpoint``, ``load_from``,
         ``resume``, ``init_cfg``) through ``_load_from_state_dict``.
 
-        Files of an older layout version (or none: stock classes' files,
-        official releases, stripped state dicts) are converted
-        (:meth:`convert_official`, with ``convert_weights``) and migrated
-        (:meth:`migrate_layout`); then every position table learned on
-        another grid is resized to this model's (:meth:`position_tables`).
+        A file of another layout (``layout`` is not this package's:
+        official releases, the stock classes' files, stripped state dicts)
+        is converted (:meth:`convert_official`, with ``convert_weights``)
+        and migrated (:meth:`migrate_layout`). Any file's attention tensors
+        go under the window wrapper (``attn.w_msa.``) where this model runs
+        the attention in windows and the file did not, or the other way
+        round; every position table learned on another grid is resized to
+        this model's (:meth:`position_tables`), and one that cannot be is
+        refused by name.
         """
-        if version is None or version < self._version:
-            keys = [k for k in state_dict if k.startswith(prefix)]
-            own = OrderedDict(
-                (k[len(prefix):], state_dict.pop(k)) for k in keys)
+        own = OrderedDict((k[len(prefix):], state_dict.pop(k))
+                          for k in [k for k in state_dict
+                                    if k.startswith(prefix)])
+        if layout != self.layout:
             if self.convert_weights:
                 own = self.convert_official(own)
             own = self.migrate_layout(own)
-            state_dict.update((prefix + k, v) for k, v in own.items())
+        state_dict.update((prefix + k, v)
+                          for k, v in self._match_windows(own).items())
         for key, (grid, mode, extra) in self.position_tables().items():
             value = state_dict.get(prefix + key)
             if isinstance(value, torch.Tensor):
-                try:
-                    state_dict[prefix + key] = resize_loaded_pos_embed(
-                        value, grid, mode, extra, name=key)
-                except ValueError:
-                    pass  # reported as a shape mismatch by the loader
+                state_dict[prefix + key] = resize_loaded_pos_embed(
+                    value, grid, mode, extra, name=key)
+
+    def _match_windows(self, state_dict: StateDict) -> StateDict:
+        """An attention's tensors under the window wrapper's prefix
+        (``attn.w_msa.``) where this model has the wrapper and the file has
+        not, and the other way round: the same attention, in windows or
+        over the whole map (e.g. FLatten-Swin's ``flatten_window_size``)."""
+        model_keys = self.state_dict().keys()
+        matched = OrderedDict()
+        for key, value in state_dict.items():
+            if key not in model_keys:
+                other = key.replace('.attn.w_msa.', '.attn.', 1) \
+                    if '.attn.w_msa.' in key else \
+                    key.replace('.attn.', '.attn.w_msa.', 1)
+                if other in model_keys and other not in state_dict:
+                    key = other
+            matched[key] = value
+        return matched
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata,
                               *args, **kwargs):
         self.adapt_state_dict(state_dict, prefix,
-                              local_metadata.get('version'))
+                              local_metadata.get(LAYOUT_KEY))
         super()._load_from_state_dict(state_dict, prefix, local_metadata,
                                       *args, **kwargs)
+
+    @staticmethod
+    def record_layout(module, state_dict, prefix, local_metadata) -> None:
+        """A ``state_dict`` hook: the file says it is of this layout."""
+        local_metadata[LAYOUT_KEY] = module.layout
 
     def init_weights(self) -> None:
         cfg = self.init_cfg

@@ -10,7 +10,7 @@ from typing import Optional
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import find_latest_checkpoint
 
-from ..utils.checkpoint import InvalidCheckpointError, check_checkpoint_file
+from .files import InvalidCheckpointError, check_checkpoint_file
 
 #: The files mmengine's ``CheckpointHook`` names by default.
 _STEP_FILE = re.compile(r'^(?:epoch|iter)_(\d+)\.pth$')
@@ -23,8 +23,8 @@ def save_checkpoints_atomically(runner) -> None:
     ``CheckpointHook`` writes ``last_checkpoint`` only after the rename
     (it does so when ``save_checkpoint`` returns). Remote destinations
     (``s3://`` ...) are written as before. Idempotent."""
-    save = runner.save_checkpoint
-    if getattr(save, 'atomic', False):
+    save = getattr(runner, 'save_checkpoint', None)
+    if save is None or getattr(save, 'atomic', False):
         return
 
     def atomic_save(out_dir, filename, *args, **kwargs):

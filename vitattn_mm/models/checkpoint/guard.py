@@ -10,13 +10,12 @@ from mmengine.hooks import Hook
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..models.backbones import packages
-from ..models.backbones.base_backbone import StagedBackbone
-from ..models.loading import (MIN_LOADED_RATIO, adapt_for_model,
+from ..backbones import packages
+from ..backbones.base_backbone import StagedBackbone
+from .pretrained import (MIN_LOADED_RATIO, adapt_for_model,
                               match_state_dict, unwrap_state_dict)
-from ..utils.checkpoint import check_checkpoint_file
-from .checkpoint_files import (save_checkpoints_atomically,
-                               whole_latest_checkpoint)
+from .files import check_checkpoint_file
+from .runs import save_checkpoints_atomically, whole_latest_checkpoint
 
 #: What ``Runner.load_checkpoint`` does to the keys by default.
 _RUNNER_REVISE_KEYS = ((r'^module.', ''), )
@@ -81,6 +80,11 @@ class CheckpointCheckHook(Hook):
         self.min_loaded_ratio = min_loaded_ratio
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        """Adapt the file's tensors to the model once (official layouts
+        converted, position tables resized...) and write them back for the
+        Runner to load; refuse the load if they would leave the model
+        mostly random. (Where it refuses, it converts the file once more,
+        as a release of the backbone alone, to say how to load it.)"""
         model = runner.model
         # mmengine's load_state_dict fills the wrapped model.
         while is_model_wrapper(model) or isinstance(model, BaseTTAModel):
@@ -92,13 +96,15 @@ class CheckpointCheckHook(Hook):
             state_dict = OrderedDict((re.sub(pattern, replacement, k), v)
                                      for k, v in state_dict.items())
         state_dict._metadata = metadata
-        # What every backbone's load hook will make of its part.
+        # Every backbone's part adapted once, here; the Runner then loads
+        # this dict, whose metadata says it is adapted.
         state_dict = adapt_for_model(model, state_dict)
         source = runner.cfg.get('load_from') or 'the checkpoint'
         min_loaded_ratio = (0. if runner.cfg.get('allow_partial_load') else
                             self.min_loaded_ratio)
         _, report = match_state_dict(model, state_dict, source)
         if report.fills(min_loaded_ratio):
+            checkpoint['state_dict'] = state_dict
             return
         hint = _advice(model, checkpoint, source)
         if hint is None:

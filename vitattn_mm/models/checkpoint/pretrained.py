@@ -10,6 +10,7 @@ unexpected or skipped for a shape mismatch. A file that matches no key, or
 fills less than ``min_loaded_ratio`` (default half) of the model's weights,
 raises, and nothing is loaded.
 """
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -18,9 +19,13 @@ import torch
 import torch.nn as nn
 from mmengine.logging import MMLogger, print_log
 
-from ..utils.checkpoint import load_checkpoint_file
+from .files import load_checkpoint_file
 
 StateDict = Dict[str, torch.Tensor]
+
+#: Where a state dict's metadata records a backbone's layout (the
+#: backbones' ``layout``; the module ``version`` slot is torch's).
+LAYOUT_KEY = 'vitattn_layout'
 
 #: Containers tried, in order, when a checkpoint file is a dict of dicts.
 STATE_DICT_KEYS = ('state_dict', 'model', 'module')
@@ -52,6 +57,8 @@ class LoadReport:
     loaded_numel: int = 0
     loaded: List[str] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
+    #: Backbone parameters the file does not fill (output norms aside).
+    missing_backbone: List[str] = field(default_factory=list)
     unexpected: List[str] = field(default_factory=list)
     mismatched: List[str] = field(default_factory=list)
 
@@ -89,7 +96,10 @@ class LoadReport:
 
     def fills(self, min_loaded_ratio: float = MIN_LOADED_RATIO) -> bool:
         """Whether some tensor and ``min_loaded_ratio`` of the weights are
-        filled."""
+        filled, and (unless ``min_loaded_ratio`` is 0: a partial load
+        asked for) every backbone parameter but the output norms."""
+        if min_loaded_ratio > 0 and self.missing_backbone:
+            return False
         return bool(self.loaded) and self.loaded_ratio >= min_loaded_ratio
 
     def check(self, min_loaded_ratio: float = MIN_LOADED_RATIO,
@@ -109,6 +119,17 @@ class LoadReport:
         """
         if self.fills(min_loaded_ratio):
             return
+        if self.loaded and self.loaded_ratio >= min_loaded_ratio:
+            shown = ', '.join(self.missing_backbone[:8]) + (
+                f' ... (+{len(self.missing_backbone) - 8})'
+                if len(self.missing_backbone) > 8 else '')
+            raise RuntimeError('\n'.join([
+                f'{self.checkpoint} leaves {len(self.missing_backbone)} '
+                f'backbone parameters of {self.model} at their random '
+                f'initial values: {shown} (it fills '
+                f'{self.loaded_ratio:.0%} of the weights). Is it of the '
+                'same architecture (the same attention in every block)?',
+                *([hint] if hint else [])]))
         if not self.loaded:
             verdict = (f'{self.checkpoint} matches none of the {self.total} '
                        f'{self.model} tensors, so nothing would be loaded')
@@ -132,11 +153,15 @@ def adapt_for_model(model: nn.Module, state_dict: StateDict) -> StateDict:
     to see what a load fills before it runs."""
     metadata = getattr(state_dict, '_metadata', None) or {}
     adapted = OrderedDict(state_dict)
+    adapted._metadata = OrderedDict(metadata)
     for name, module in model.named_modules():
         adapt = getattr(module, 'adapt_state_dict', None)
         if callable(adapt):
             adapt(adapted, f'{name}.' if name else '',
-                  metadata.get(name, {}).get('version'))
+                  metadata.get(name, {}).get(LAYOUT_KEY))
+            # Marked as adapted: loading it adapts nothing again.
+            adapted._metadata[name] = dict(metadata.get(name, {}),
+                                           **{LAYOUT_KEY: module.layout})
     return adapted
 
 
@@ -177,8 +202,25 @@ def match_state_dict(model: nn.Module, state_dict: StateDict,
     report.loaded = [
         k for k in loadable if not k.endswith('num_batches_tracked')]
     report.missing = [k for k in counted if k not in state_dict]
+    report.missing_backbone = [k for k in backbone_parameters(model)
+                               if k not in loadable]
     report.loaded_numel = sum(numel.get(k, 0) for k in loadable)
     return loadable, report
+
+
+def backbone_parameters(model: nn.Module) -> List[str]:
+    """The keys of the parameters a load must fill: those of every
+    backbone in ``model`` (a module that adapts what it loads), but the
+    output norms (``norm{i}``), which a detection or segmentation backbone
+    adds to a classifier's."""
+    keys = []
+    for name, module in model.named_modules():
+        if not callable(getattr(module, 'adapt_state_dict', None)):
+            continue
+        prefix = f'{name}.' if name else ''
+        keys += [prefix + k for k, _ in module.named_parameters()
+                 if not re.match(r'norm\d+\.', k)]
+    return keys
 
 
 def unwrap_state_dict(checkpoint, key: Optional[str] = None) -> StateDict:
@@ -259,8 +301,8 @@ def load_pretrained(model: nn.Module,
               'official layout, does the backbone convert it: '
               'convert_weights=True)? To accept a partial load on purpose, '
               'lower min_loaded_ratio in the init_cfg (e.g. 0).'))
-    # Adapted already: loading marks it as of the model's own versions.
-    loadable._metadata = getattr(model.state_dict(), '_metadata', None)
+    # Adapted already (its metadata says so): loading adapts nothing again.
+    loadable._metadata = state_dict._metadata
     model.load_state_dict(loadable, strict=False)
     print_log(report.summary(), logger=MMLogger.get_current_instance())
     return report
