@@ -71,17 +71,32 @@ def _power(x, P, P_INT: tl.constexpr):
 
 @triton.jit
 def _norms(ptr, sb, sn, pos_ptr, spn, s_ptr, b, offs_n, mask_n, offs_d,
-           mask_d, D, NH, P, P_INT: tl.constexpr, HAS_POS: tl.constexpr):
-    """``||x||`` and ``||x ** P||`` over all C channels of each token."""
+           mask_d, D, NH, P, P_INT: tl.constexpr, HAS_POS: tl.constexpr,
+           FOCUSED: tl.constexpr):
+    """``r = ||x||`` and ``t = ||x ** P||`` over all C channels of each
+    token, and the focusing factor ``r / t`` (zero outside the block; all
+    zero unless ``FOCUSED``)."""
     r2 = tl.zeros([offs_n.shape[0]], tl.float32)
     t2 = tl.zeros([offs_n.shape[0]], tl.float32)
-    for h in range(NH):
-        _, x = _inputs(ptr, sb, sn, pos_ptr, spn, s_ptr, b, offs_n, mask_n,
-                       h * D, offs_d, mask_d, HAS_POS, True)
-        u = _power(x, P, P_INT)
-        r2 += tl.sum(x * x, 1)
-        t2 += tl.sum(u * u, 1)
-    return tl.sqrt(r2), tl.sqrt(t2)
+    if FOCUSED:
+        for h in range(NH):
+            _, x = _inputs(ptr, sb, sn, pos_ptr, spn, s_ptr, b, offs_n,
+                           mask_n, h * D, offs_d, mask_d, HAS_POS, True)
+            u = _power(x, P, P_INT)
+            r2 += tl.sum(x * x, 1)
+            t2 += tl.sum(u * u, 1)
+    r, t = tl.sqrt(r2), tl.sqrt(t2)
+    return r, t, tl.where(mask_n, r / tl.where(t > 0, t, 1.), 0.)
+
+
+@triton.jit
+def _program_tokens(length, D, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """This program's image, its block of tokens and the channels of a
+    head, each with its mask."""
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    return (tl.program_id(0).to(tl.int64), offs_n, offs_n < length, offs_d,
+            offs_d < D)
 
 
 @triton.jit
@@ -128,16 +143,11 @@ def state_kernel(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """``sum_j phi(k_j)^T v_j`` and ``sum_j phi(k_j)`` of a key block,
     added to the image's fp32 sums."""
-    b = tl.program_id(0).to(tl.int64)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < n
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
-    ratio = tl.zeros([BLOCK_N], tl.float32)
-    if FOCUSED:
-        r, t = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
-                      mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS)
-        ratio = tl.where(mask_n, r / tl.where(t > 0, t, 1.), 0.)
+    b, offs_n, mask_n, offs_d, mask_d = _program_tokens(n, D, BLOCK_N,
+                                                        BLOCK_D)
+    _, _, ratio = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
+                         mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS,
+                         FOCUSED)
     for h in range(NH):
         _, x = _inputs(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
                        mask_n, h * D, offs_d, mask_d, HAS_POS, FOCUSED)
@@ -160,17 +170,12 @@ def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
                   K: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_D: tl.constexpr):
     """``z_i phi(q_i) S`` (+ the depthwise conv) of a query block."""
-    b = tl.program_id(0).to(tl.int64)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < N
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
+    b, offs_n, mask_n, offs_d, mask_d = _program_tokens(N, D, BLOCK_N,
+                                                        BLOCK_D)
     mask_dd = mask_d[:, None] & mask_d[None, :]
-    ratio = tl.zeros([BLOCK_N], tl.float32)
-    if FOCUSED:
-        r, t = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
-                      offs_d, mask_d, D, NH, P, P_INT, False)
-        ratio = tl.where(mask_n, r / tl.where(t > 0, t, 1.), 0.)
+    _, _, ratio = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n,
+                         mask_n, offs_d, mask_d, D, NH, P, P_INT, False,
+                         FOCUSED)
     for h in range(NH):
         _, x = _inputs(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
                        h * D, offs_d, mask_d, False, FOCUSED)
@@ -247,19 +252,12 @@ def query_backward_kernel(
     """Query block: ``dq``, its share of ``dS``, ``dm``, ``ds`` and of the
     conv's weight and bias gradients, and the conv input's gradient at
     these tokens."""
-    b = tl.program_id(0).to(tl.int64)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < N
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
+    b, offs_n, mask_n, offs_d, mask_d = _program_tokens(N, D, BLOCK_N,
+                                                        BLOCK_D)
     mask = mask_n[:, None] & mask_d[None, :]
-    r = tl.zeros([BLOCK_N], tl.float32)
-    t = tl.zeros([BLOCK_N], tl.float32)
-    ratio = tl.zeros([BLOCK_N], tl.float32)
-    if FOCUSED:
-        r, t = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
-                      offs_d, mask_d, D, NH, P, P_INT, False)
-        ratio = tl.where(mask_n, r / tl.where(t > 0, t, 1.), 0.)
+    r, t, ratio = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n,
+                         mask_n, offs_d, mask_d, D, NH, P, P_INT, False,
+                         FOCUSED)
     G = tl.zeros([BLOCK_N], tl.float32)
     for h in range(NH):
         T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
@@ -379,19 +377,12 @@ def key_backward_kernel(
     """Key block: ``dk``, ``dv`` (added to what is there with ``ADD_DV``:
     the conv's share when it ran on these values), the position table's
     gradient summed over images, and its share of ``ds``."""
-    b = tl.program_id(0).to(tl.int64)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < n
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
+    b, offs_n, mask_n, offs_d, mask_d = _program_tokens(n, D, BLOCK_N,
+                                                        BLOCK_D)
     mask = mask_n[:, None] & mask_d[None, :]
-    r = tl.zeros([BLOCK_N], tl.float32)
-    t = tl.zeros([BLOCK_N], tl.float32)
-    ratio = tl.zeros([BLOCK_N], tl.float32)
-    if FOCUSED:
-        r, t = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
-                      mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS)
-        ratio = tl.where(mask_n, r / tl.where(t > 0, t, 1.), 0.)
+    r, t, ratio = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
+                         mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS,
+                         FOCUSED)
     G = tl.zeros([BLOCK_N], tl.float32)
     for h in range(NH):
         T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)

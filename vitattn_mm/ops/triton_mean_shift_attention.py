@@ -24,21 +24,10 @@ fp16 and fp32 products run as they are there too.
 import triton
 import triton.language as tl
 
+from .triton_tiles import head_tile, program_rows
+
 #: Query and key tile.
 BLOCK = 64
-
-
-@triton.jit
-def _rows(ptr, sb, sn, b, offs, mask_n, col, offs_d, mask_d,
-          UPCAST: tl.constexpr):
-    """A ``[rows, BLOCK_D]`` tile of one head, in the input's dtype (the
-    tensor cores' bf16 / fp16 products) or, with ``UPCAST``, in fp32."""
-    tile = tl.load(ptr + b * sb + offs[:, None] * sn + col + offs_d[None, :],
-                   mask=mask_n[:, None] & mask_d[None, :],
-                   other=0.)
-    if UPCAST:
-        tile = tile.to(tl.float32)
-    return tile
 
 
 @triton.jit
@@ -69,43 +58,40 @@ def forward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, out_ptr, sob, son,
                    WRITE_OUT: tl.constexpr):
     """A query block's output (with ``WRITE_OUT``) and the rows'
     log-sum-exp (always: the backward recomputes it alone)."""
-    bh = tl.program_id(1)
-    b, h = (bh // NH).to(tl.int64), bh % NH
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < N
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
-    q = _rows(qkv_ptr, sb, sn, b, offs_m, mask_m, h * D, offs_d, mask_d,
-              UPCAST)
+    bh, b, h, offs_m, mask_m, offs_d, mask_d = program_rows(
+        N, NH, D, BLOCK_M, BLOCK_D)
+    q = head_tile(qkv_ptr, sb, sn, b, offs_m, mask_m, h * D, offs_d, mask_d,
+                  UPCAST)
     m_i = tl.full([BLOCK_M], float('-inf'), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for start in range(0, N, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         mask_n = offs_n < N
-        k = _rows(qkv_ptr, sb, sn, b, offs_n, mask_n, C + h * D, offs_d,
-                  mask_d, UPCAST)
+        k = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, C + h * D, offs_d,
+                      mask_d, UPCAST)
         kf = k.to(tl.float32)
-        s = _logits(q, k, tl.sum(kf * kf, 1), bias_ptr, mask_ptr, b, h,
-                    offs_m, offs_n, mask_m, mask_n, N, NW, scale, MEAN_SHIFT,
-                    HAS_BIAS, HAS_MASK)
+        s = _logits(q, k, tl.sum(kf * kf, 1), bias_ptr, mask_ptr, b, h, offs_m,
+                    offs_n, mask_m, mask_n, N, NW, scale, MEAN_SHIFT, HAS_BIAS,
+                    HAS_MASK)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         if WRITE_OUT:
-            v = _rows(qkv_ptr, sb, sn, b, offs_n, mask_n, 2 * C + h * D,
-                      offs_d, mask_d, UPCAST)
+            v = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, 2 * C + h * D,
+                          offs_d, mask_d, UPCAST)
             acc = acc * alpha[:, None] + tl.dot(
                 p.to(v.dtype), v, input_precision='ieee')
         m_i = m_new
     if WRITE_OUT:
         out = acc / l_i[:, None]
         if MEAN_SHIFT:
-            out -= _rows(qkv_ptr, sb, sn, b, offs_m, mask_m, 3 * C + h * D,
-                         offs_d, mask_d, UPCAST).to(tl.float32)
+            out -= head_tile(qkv_ptr, sb, sn, b, offs_m, mask_m, 3 * C + h * D,
+                             offs_d, mask_d, UPCAST).to(tl.float32)
         tl.store(out_ptr + b * sob + offs_m[:, None] * son + h * D +
-                 offs_d[None, :], out.to(out_ptr.dtype.element_ty),
+                 offs_d[None, :],
+                 out.to(out_ptr.dtype.element_ty),
                  mask=mask_m[:, None] & mask_d[None, :])
     tl.store(lse_ptr + bh * N + offs_m, m_i + tl.log(l_i), mask=mask_m)
 
@@ -120,16 +106,12 @@ def key_backward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, g_ptr, sgb, sgn,
                         UPCAST: tl.constexpr):
     """A key block: ``dk``, ``dv`` over every query block, and the bias
     gradient's share."""
-    bh = tl.program_id(1)
-    b, h = (bh // NH).to(tl.int64), bh % NH
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < N
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
-    k = _rows(qkv_ptr, sb, sn, b, offs_n, mask_n, C + h * D, offs_d, mask_d,
-              UPCAST)
-    v = _rows(qkv_ptr, sb, sn, b, offs_n, mask_n, 2 * C + h * D, offs_d,
-              mask_d, UPCAST)
+    bh, b, h, offs_n, mask_n, offs_d, mask_d = program_rows(
+        N, NH, D, BLOCK_N, BLOCK_D)
+    k = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, C + h * D, offs_d,
+                  mask_d, UPCAST)
+    v = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, 2 * C + h * D, offs_d,
+                  mask_d, UPCAST)
     kf = k.to(tl.float32)
     kn = tl.sum(kf * kf, 1)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -138,10 +120,10 @@ def key_backward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, g_ptr, sgb, sgn,
     for start in range(0, N, BLOCK_M):
         offs_m = start + tl.arange(0, BLOCK_M)
         mask_m = offs_m < N
-        q = _rows(qkv_ptr, sb, sn, b, offs_m, mask_m, h * D, offs_d, mask_d,
-                  UPCAST)
-        g = _rows(g_ptr, sgb, sgn, b, offs_m, mask_m, h * D, offs_d, mask_d,
-                  UPCAST)
+        q = head_tile(qkv_ptr, sb, sn, b, offs_m, mask_m, h * D, offs_d,
+                      mask_d, UPCAST)
+        g = head_tile(g_ptr, sgb, sgn, b, offs_m, mask_m, h * D, offs_d,
+                      mask_d, UPCAST)
         lse = tl.load(lse_ptr + bh * N + offs_m, mask=mask_m, other=0.)
         delta = tl.load(delta_ptr + bh * N + offs_m, mask=mask_m, other=0.)
         s = _logits(q, k, kn, bias_ptr, mask_ptr, b, h, offs_m, offs_n, mask_m,
@@ -176,23 +158,23 @@ def _key_block(qkv_ptr, sb, sn, bias_ptr, mask_ptr, q, g, lse, b, h, start,
     ``dp = dout v^T`` of the query block."""
     offs_n = start + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
-    k = _rows(qkv_ptr, sb, sn, b, offs_n, mask_n, C + h * D, offs_d, mask_d,
-              UPCAST)
-    v = _rows(qkv_ptr, sb, sn, b, offs_n, mask_n, 2 * C + h * D, offs_d,
-              mask_d, UPCAST)
+    k = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, C + h * D, offs_d,
+                  mask_d, UPCAST)
+    v = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, 2 * C + h * D, offs_d,
+                  mask_d, UPCAST)
     kf = k.to(tl.float32)
-    s = _logits(q, k, tl.sum(kf * kf, 1), bias_ptr, mask_ptr, b, h, offs_m,
-                offs_n, mask_m, mask_n, N, NW, scale, MEAN_SHIFT, HAS_BIAS,
-                HAS_MASK)
+    s = _logits(q, k, tl.sum(kf * kf,
+                             1), bias_ptr, mask_ptr, b, h, offs_m, offs_n,
+                mask_m, mask_n, N, NW, scale, MEAN_SHIFT, HAS_BIAS, HAS_MASK)
     p = tl.where(mask_m[:, None], tl.exp(s - lse[:, None]), 0.)
     dp = tl.dot(g, tl.trans(v), input_precision='ieee').to(tl.float32)
     return k, p, dp
 
 
 @triton.jit
-def query_backward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, g_ptr, sgb,
-                          sgn, lse_ptr, delta_ptr, dqkv_ptr, sdb, sdn, N, C,
-                          NH, NW, scale, D, MEAN_SHIFT: tl.constexpr,
+def query_backward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, g_ptr, sgb, sgn,
+                          lse_ptr, delta_ptr, dqkv_ptr, sdb, sdn, N, C, NH, NW,
+                          scale, D, MEAN_SHIFT: tl.constexpr,
                           HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
@@ -204,31 +186,27 @@ def query_backward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, g_ptr, sgb,
     off the stored output: that one is rounded to the output's dtype after
     the probe was subtracted, and ``dp - delta`` cancels.
     """
-    bh = tl.program_id(1)
-    b, h = (bh // NH).to(tl.int64), bh % NH
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < N
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
-    q = _rows(qkv_ptr, sb, sn, b, offs_m, mask_m, h * D, offs_d, mask_d,
-              UPCAST)
-    g = _rows(g_ptr, sgb, sgn, b, offs_m, mask_m, h * D, offs_d, mask_d,
-              UPCAST)
+    bh, b, h, offs_m, mask_m, offs_d, mask_d = program_rows(
+        N, NH, D, BLOCK_M, BLOCK_D)
+    q = head_tile(qkv_ptr, sb, sn, b, offs_m, mask_m, h * D, offs_d, mask_d,
+                  UPCAST)
+    g = head_tile(g_ptr, sgb, sgn, b, offs_m, mask_m, h * D, offs_d, mask_d,
+                  UPCAST)
     lse = tl.load(lse_ptr + bh * N + offs_m, mask=mask_m, other=0.)
     delta = tl.zeros([BLOCK_M], tl.float32)
     for start in range(0, N, BLOCK_N):
         k, p, dp = _key_block(qkv_ptr, sb, sn, bias_ptr, mask_ptr, q, g, lse,
                               b, h, start, offs_m, mask_m, offs_d, mask_d, N,
-                              C, NW, scale, D, MEAN_SHIFT, HAS_BIAS,
-                              HAS_MASK, BLOCK_N, UPCAST)
+                              C, NW, scale, D, MEAN_SHIFT, HAS_BIAS, HAS_MASK,
+                              BLOCK_N, UPCAST)
         delta += tl.sum(p * dp, 1)
     tl.store(delta_ptr + bh * N + offs_m, delta, mask=mask_m)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for start in range(0, N, BLOCK_N):
         k, p, dp = _key_block(qkv_ptr, sb, sn, bias_ptr, mask_ptr, q, g, lse,
                               b, h, start, offs_m, mask_m, offs_d, mask_d, N,
-                              C, NW, scale, D, MEAN_SHIFT, HAS_BIAS,
-                              HAS_MASK, BLOCK_N, UPCAST)
+                              C, NW, scale, D, MEAN_SHIFT, HAS_BIAS, HAS_MASK,
+                              BLOCK_N, UPCAST)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision='ieee')
     both = mask_m[:, None] & mask_d[None, :]

@@ -17,87 +17,74 @@ output are ``(B, heads, N, d)`` with any strides but a unit last one.
 import triton
 import triton.language as tl
 
+from .triton_tiles import head_tile, program_rows
+
 BLOCK = 64
 
 
 @triton.jit
-def _head_rows(ptr, sb, sh, sn, b, h, offs, mask_n, offs_d, mask_d,
-               UPCAST: tl.constexpr):
-    tile = tl.load(ptr + b * sb + h * sh + offs[:, None] * sn +
-                   offs_d[None, :], mask=mask_n[:, None] & mask_d[None, :],
-                   other=0.)
-    if UPCAST:
-        tile = tile.to(tl.float32)
-    return tile
-
-
-@triton.jit
-def _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m, mask_n, Nq,
-                Nk, NW, HAS_MASK: tl.constexpr):
+def _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m, mask_n, Nq, Nk,
+                NW, HAS_MASK: tl.constexpr):
     """fp32 logits (mask added), -inf past the last key."""
     both = mask_m[:, None] & mask_n[None, :]
     pairs = offs_m[:, None] * Nk + offs_n[None, :]
     s = tl.load(l_ptr + bh.to(tl.int64) * Nq * Nk + pairs, mask=both,
                 other=0.).to(tl.float32)
     if HAS_MASK:
-        s += tl.load(mask_ptr + (b % NW) * Nq * Nk + pairs, mask=both,
+        s += tl.load(mask_ptr + (b % NW) * Nq * Nk + pairs,
+                     mask=both,
                      other=0.).to(tl.float32)
     return tl.where(mask_n[None, :], s, float('-inf'))
 
 
 @triton.jit
-def forward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, out_ptr, lse_ptr,
-                   NH, Nq, Nk, NW, D, HAS_MASK: tl.constexpr,
+def forward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, out_ptr, lse_ptr, NH,
+                   Nq, Nk, NW, D, HAS_MASK: tl.constexpr,
                    WRITE_OUT: tl.constexpr, UPCAST: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_D: tl.constexpr):
     """A query block's output (with ``WRITE_OUT``) and log-sum-exp."""
-    bh = tl.program_id(1)
-    b, h = bh // NH, bh % NH
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < Nq
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
+    bh, b, h, offs_m, mask_m, offs_d, mask_d = program_rows(
+        Nq, NH, D, BLOCK_M, BLOCK_D)
     m_i = tl.full([BLOCK_M], float('-inf'), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for start in range(0, Nk, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         mask_n = offs_n < Nk
-        s = _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m,
-                        mask_n, Nq, Nk, NW, HAS_MASK)
+        s = _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m, mask_n,
+                        Nq, Nk, NW, HAS_MASK)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         if WRITE_OUT:
-            v = _head_rows(v_ptr, svb, svh, svn, b.to(tl.int64), h, offs_n,
-                           mask_n, offs_d, mask_d, UPCAST)
+            v = head_tile(v_ptr + h * svh, svb, svn, b, offs_n, mask_n, 0,
+                          offs_d, mask_d, UPCAST)
             acc = acc * alpha[:, None] + tl.dot(
                 p.to(v.dtype), v, input_precision='ieee')
         m_i = m_new
     if WRITE_OUT:
         tl.store(out_ptr + bh.to(tl.int64) * Nq * D + offs_m[:, None] * D +
-                 offs_d[None, :], (acc / l_i[:, None]).to(
-                     out_ptr.dtype.element_ty),
+                 offs_d[None, :],
+                 (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
                  mask=mask_m[:, None] & mask_d[None, :])
     tl.store(lse_ptr + bh * Nq + offs_m, m_i + tl.log(l_i), mask=mask_m)
 
 
 @triton.jit
 def _probs(l_ptr, mask_ptr, v_ptr, svb, svh, svn, g, lse, bh, b, h, start,
-           offs_m, mask_m, offs_d, mask_d, Nq, Nk, NW,
-           HAS_MASK: tl.constexpr, UPCAST: tl.constexpr,
-           BLOCK_N: tl.constexpr):
+           offs_m, mask_m, offs_d, mask_d, Nq, Nk, NW, HAS_MASK: tl.constexpr,
+           UPCAST: tl.constexpr, BLOCK_N: tl.constexpr):
     """For the key block at ``start``: its indices, the probabilities and
     ``dp = dout v^T``."""
     offs_n = start + tl.arange(0, BLOCK_N)
     mask_n = offs_n < Nk
-    s = _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m, mask_n,
-                    Nq, Nk, NW, HAS_MASK)
+    s = _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m, mask_n, Nq,
+                    Nk, NW, HAS_MASK)
     p = tl.where(mask_m[:, None], tl.exp(s - lse[:, None]), 0.)
-    v = _head_rows(v_ptr, svb, svh, svn, b.to(tl.int64), h, offs_n, mask_n,
-                   offs_d, mask_d, UPCAST)
+    v = head_tile(v_ptr + h * svh, svb, svn, b, offs_n, mask_n, 0, offs_d,
+                  mask_d, UPCAST)
     dp = tl.dot(g, tl.trans(v), input_precision='ieee').to(tl.float32)
     return offs_n, mask_n, p, dp
 
@@ -109,14 +96,11 @@ def logits_backward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, g_ptr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_D: tl.constexpr):
     """A query block's ``dL`` over every key block."""
-    bh = tl.program_id(1)
-    b, h = bh // NH, bh % NH
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < Nq
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
+    bh, b, h, offs_m, mask_m, offs_d, mask_d = program_rows(
+        Nq, NH, D, BLOCK_M, BLOCK_D)
     g = tl.load(g_ptr + bh.to(tl.int64) * Nq * D + offs_m[:, None] * D +
-                offs_d[None, :], mask=mask_m[:, None] & mask_d[None, :],
+                offs_d[None, :],
+                mask=mask_m[:, None] & mask_d[None, :],
                 other=0.)
     if UPCAST:
         g = g.to(tl.float32)
@@ -124,15 +108,15 @@ def logits_backward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, g_ptr,
     delta = tl.zeros([BLOCK_M], tl.float32)
     for start in range(0, Nk, BLOCK_N):
         offs_n, mask_n, p, dp = _probs(l_ptr, mask_ptr, v_ptr, svb, svh, svn,
-                                       g, lse, bh, b, h, start, offs_m,
-                                       mask_m, offs_d, mask_d, Nq, Nk, NW,
-                                       HAS_MASK, UPCAST, BLOCK_N)
+                                       g, lse, bh, b, h, start, offs_m, mask_m,
+                                       offs_d, mask_d, Nq, Nk, NW, HAS_MASK,
+                                       UPCAST, BLOCK_N)
         delta += tl.sum(p * dp, 1)
     for start in range(0, Nk, BLOCK_N):
         offs_n, mask_n, p, dp = _probs(l_ptr, mask_ptr, v_ptr, svb, svh, svn,
-                                       g, lse, bh, b, h, start, offs_m,
-                                       mask_m, offs_d, mask_d, Nq, Nk, NW,
-                                       HAS_MASK, UPCAST, BLOCK_N)
+                                       g, lse, bh, b, h, start, offs_m, mask_m,
+                                       offs_d, mask_d, Nq, Nk, NW, HAS_MASK,
+                                       UPCAST, BLOCK_N)
         tl.store(dl_ptr + bh.to(tl.int64) * Nq * Nk + offs_m[:, None] * Nk +
                  offs_n[None, :],
                  (p * (dp - delta[:, None])).to(dl_ptr.dtype.element_ty),
@@ -140,32 +124,29 @@ def logits_backward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, g_ptr,
 
 
 @triton.jit
-def values_backward_kernel(l_ptr, mask_ptr, g_ptr, lse_ptr, dv_ptr, sdb,
-                           sdh, sdn, NH, Nq, Nk, NW, D,
-                           HAS_MASK: tl.constexpr, UPCAST: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_D: tl.constexpr):
+def values_backward_kernel(l_ptr, mask_ptr, g_ptr, lse_ptr, dv_ptr, sdb, sdh,
+                           sdn, NH, Nq, Nk, NW, D, HAS_MASK: tl.constexpr,
+                           UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """A key block's ``dv`` over every query block."""
-    bh = tl.program_id(1)
-    b, h = bh // NH, bh % NH
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < Nk
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
+    bh, b, h, offs_n, mask_n, offs_d, mask_d = program_rows(
+        Nk, NH, D, BLOCK_N, BLOCK_D)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     for start in range(0, Nq, BLOCK_M):
         offs_m = start + tl.arange(0, BLOCK_M)
         mask_m = offs_m < Nq
-        s = _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m,
-                        mask_n, Nq, Nk, NW, HAS_MASK)
+        s = _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m, mask_n,
+                        Nq, Nk, NW, HAS_MASK)
         lse = tl.load(lse_ptr + bh * Nq + offs_m, mask=mask_m, other=0.)
         p = tl.where(mask_m[:, None], tl.exp(s - lse[:, None]), 0.)
         g = tl.load(g_ptr + bh.to(tl.int64) * Nq * D + offs_m[:, None] * D +
-                    offs_d[None, :], mask=mask_m[:, None] & mask_d[None, :],
+                    offs_d[None, :],
+                    mask=mask_m[:, None] & mask_d[None, :],
                     other=0.)
         if UPCAST:
             g = g.to(tl.float32)
         dv += tl.dot(tl.trans(p).to(g.dtype), g, input_precision='ieee')
-    tl.store(dv_ptr + b.to(tl.int64) * sdb + h * sdh + offs_n[:, None] * sdn +
-             offs_d[None, :], dv.to(dv_ptr.dtype.element_ty),
+    tl.store(dv_ptr + b * sdb + h * sdh + offs_n[:, None] * sdn +
+             offs_d[None, :],
+             dv.to(dv_ptr.dtype.element_ty),
              mask=mask_n[:, None] & mask_d[None, :])
