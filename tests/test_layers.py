@@ -149,7 +149,8 @@ def test_windowed_window_msa_is_mmpretrains_shift_window_msa(
 
 
 def test_window_wrapper_refuses_to_shift_an_attention_without_mask():
-    with pytest.raises(ValueError, match='cannot take the mask'):
+    with pytest.raises(ValueError, match='cannot run in shifted windows: '
+                       'FocusedLinearAttention takes no additive mask'):
         WindowedAttention(16, 2, shift=True,
                           window_msa='FocusedLinearAttention')
     unshifted = WindowedAttention(16, 2, window_size=(4, 5),

@@ -66,13 +66,21 @@ def uses_fused_op(backend: str, device: torch.device) -> bool:
     if backend == 'triton':
         return True
     fused = device.type == 'cuda' and triton_importable() is None
-    if device.type not in _LOGGED and device.type != 'meta':
-        _LOGGED.add(device.type)
-        why = '' if fused or device.type != 'cuda' else \
-            f' (triton does not import: {triton_importable()})'
-        print_log(f"attn_backend='auto' on {device.type}: "
-                  f"{'triton' if fused else 'eager'}{why}", logger='current')
+    # Said once, eagerly (a graph being captured neither logs nor reads
+    # what was said: no break, no guard).
+    if not torch.compiler.is_compiling():
+        _say_once(device, fused)
     return fused
+
+
+def _say_once(device: torch.device, fused: bool) -> None:
+    if device.type in _LOGGED or device.type == 'meta':
+        return
+    _LOGGED.add(device.type)
+    why = '' if fused or device.type != 'cuda' else \
+        f' (triton does not import: {triton_importable()})'
+    print_log(f"attn_backend='auto' on {device.type}: "
+              f"{'triton' if fused else 'eager'}{why}", logger='current')
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from ..layers.size_aware import aligned_rows
 from .base import Grid, QueryAttention
 
 
@@ -158,21 +159,6 @@ def softmax_attention(q: torch.Tensor,
         term = term[..., :keys]
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=term, dropout_p=dropout_p, scale=scale)
-
-
-#: Row alignment (elements) of an additive mask that the fused GPU kernel
-#: (memory-efficient attention) reads in place; it pads others first.
-MASK_ALIGNMENT = 16
-
-
-def aligned_rows(bias: torch.Tensor) -> torch.Tensor:
-    """``bias`` padded with columns up to ``MASK_ALIGNMENT`` (slice them off
-    for the values): padded at the size it has, not inside the fused kernel
-    after it has been broadcast to the whole batch. Unchanged when its rows
-    are aligned already (or broadcast)."""
-    if bias.dim() < 2 or bias.stride(-2) % MASK_ALIGNMENT == 0:
-        return bias
-    return F.pad(bias, (0, -bias.shape[-1] % MASK_ALIGNMENT))
 
 
 def softmax_query(q: torch.Tensor,

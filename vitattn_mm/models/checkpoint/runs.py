@@ -7,6 +7,7 @@ import os.path as osp
 import re
 from typing import Optional
 
+from mmengine.dist import is_main_process
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import find_latest_checkpoint
 
@@ -33,7 +34,9 @@ def save_checkpoints_atomically(runner) -> None:
         partial = f'{filename}.partial'
         save(out_dir, partial, *args, **kwargs)
         path = osp.join(out_dir, partial)
-        if osp.isfile(path):  # only the main process writes
+        # Only the main process writes (and renames: the others may see
+        # its file on a shared disk).
+        if is_main_process() and osp.isfile(path):
             with open(path, 'rb+') as f:
                 os.fsync(f.fileno())
             os.replace(path, osp.join(out_dir, filename))

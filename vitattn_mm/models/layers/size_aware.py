@@ -1,5 +1,7 @@
 """Size-aware primitives that decide themselves how a captured graph computes
-them.
+them (the convolutions over token counts of Less-Attention's transform,
+an attention bias's row alignment; the position-table resize is in
+:mod:`.pos_embed`).
 
 ONNX export and ``torch.compile`` record one graph that must serve every
 input size. The padding primitives (:mod:`.padding`) serve it by always
@@ -58,3 +60,24 @@ def token_pointwise_conv(x: torch.Tensor, weight: torch.Tensor
         mix = weight[:, :, 0, 0].expand(B, -1, -1)
         return torch.bmm(mix, x.reshape(B, C, H * W)).view(B, -1, H, W)
     return F.conv2d(x, weight)
+
+
+#: Row alignment (elements) of an additive mask that the fused GPU kernel
+#: (memory-efficient attention) reads in place; it pads others first.
+MASK_ALIGNMENT = 16
+
+
+def aligned_rows(bias: torch.Tensor) -> torch.Tensor:
+    """``bias`` padded with columns up to ``MASK_ALIGNMENT`` (slice them off
+    for the values): padded at the size it has, not inside the fused kernel
+    after it has been broadcast to the whole batch.
+
+    Eagerly unchanged where its rows are aligned already (or broadcast);
+    while a graph is captured always padded (by zero columns where none are
+    needed), since whether a row is aligned follows the input size.
+    """
+    if bias.dim() < 2:
+        return bias
+    if not capturing() and bias.stride(-2) % MASK_ALIGNMENT == 0:
+        return bias
+    return F.pad(bias, (0, -bias.shape[-1] % MASK_ALIGNMENT))
