@@ -384,6 +384,10 @@ def peak_mib(device: torch.device, base: int = 0) -> Optional[float]:
 
 
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+#: The precisions the cost model projects (an autocast step: bf16's bytes,
+#: fp16's the same); fp32 rows have no projection (about a second of CPU
+#: each, out of the run's budget).
+PROJECTED = ('bf16', 'fp16')
 
 
 def autocast(device: torch.device, precision: str):
@@ -857,7 +861,8 @@ def run_backends(ctx: 'Context') -> Table:
                 fallback = (f'the fused ops failed ({note}); the family '
                             'falls back to eager')
                 note = fallback
-            projected = ctx.projection(spec, shape, precision, backend)
+            # The projection is of a GPU's bf16 step, whatever ran here.
+            projected = ctx.projection(spec, shape, 'bf16', backend)
             table.add(model=spec.label, type=spec.type, arch=ctx.arch(spec),
                       height=shape[0], width=shape[1], batch=s.batch,
                       precision=precision, attn_backend=backend,
@@ -1375,14 +1380,17 @@ class Context:
                        backend: Optional[str] = None) -> Optional[list]:
         """The ops of one training step of ``spec`` as the cost model
         records it (on the meta device; None where it cannot be built)."""
-        key = (spec.label, shape, precision, backend)
+        if precision not in PROJECTED:
+            return None
+        # fp16 moves the bytes bf16 does: one projection serves both.
+        key = (spec.label, shape, 'bf16', backend)
         if key not in self._steps:
             try:
                 with torch.device('meta'):
                     model = build_model(spec, self.smoke, **(
                         dict(attn_backend=backend) if backend else {}))
                 self._steps[key] = cost_model.record_step(
-                    model, shape, self.settings.batch, PRECISIONS[precision])
+                    model, shape, self.settings.batch, torch.bfloat16)
             except Exception as exc:  # the row says it has no projection
                 self.log(f'[cost model] {spec.label}: '
                          f'{describe_error(exc)}')
@@ -1404,10 +1412,10 @@ class Context:
                   if r.get('ratio_error') not in (None, '')]
         samples = []
         for r in rows:
-            if r['status'] != 'ok':
+            if r['status'] != 'ok' or r['precision'] not in PROJECTED:
                 continue
             ops = self._steps.get((r['model'], (r['height'], r['width']),
-                                   r['precision'], None))
+                                   'bf16', None))
             if ops:
                 samples.append((ops, r['step_ms']))
         if not errors or max(errors) <= 0.25 or len(samples) < 2:
@@ -1476,13 +1484,14 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
                'Speed ratio = images/s / the baseline\'s (above 1: faster); '
                f'memory ratio = peak / the baseline\'s; {memory}. '
                'Projected = the cost model\'s speed ratio (an H100\'s '
-               'parameters, this run\'s archs and sizes); error = measured '
-               '/ projected - 1; attn_backend = what the family\'s '
-               'attentions ran.'),
+               'parameters, this run\'s archs and sizes; bf16 and fp16 '
+               'rows); error = measured / projected - 1; attn_backend = '
+               'what the family\'s attentions ran.'),
         backends=('Training step of each family at the first input size, '
                   'bf16 on CUDA (fp32 elsewhere), the same weights with '
                   "attn_backend='eager' and 'triton'; speed-up = eager ms / "
-                  'fused ms; projected = the cost model\'s.'),
+                  'fused ms; projected = the cost model\'s, of a bf16 step '
+                  'on an H100.'),
         numerics=(f'{s.numerics_steps} steps per precision from the same '
                   f'initial weights, {s.numerics_shape[0]}x'
                   f'{s.numerics_shape[1]} batch {s.numerics_batch}, fixed '

@@ -11,8 +11,8 @@
 # DEVICE=cpu (with --smoke) rehearses the whole script on a CPU machine.
 # Setup, imports (~15 s), the budget and the summary fit 8 minutes; the sections the budget does
 # not cover are skipped with a note, and every section's CSV is on disk as soon as it has rows.
-# $OUT then holds env.json, train.csv, numerics.csv, core.csv, compile.csv, summary.md and
-# suite.log (7 files: the device tool brings back at most 8).
+# $OUT then holds env.json, train.csv, backends.csv, numerics.csv, core.csv, compile.csv,
+# summary.md and suite.log (8 files: the most the device tool brings back).
 set -uo pipefail
 out=${OUT:-work_dirs/gpu_suite}
 budget=${BUDGET_S:-360}

@@ -72,11 +72,13 @@ def aligned_rows(bias: torch.Tensor) -> torch.Tensor:
     for the values): padded at the size it has, not inside the fused kernel
     after it has been broadcast to the whole batch.
 
-    Eagerly unchanged where its rows are aligned already (or broadcast);
-    while a graph is captured always padded (by zero columns where none are
-    needed), since whether a row is aligned follows the input size.
+    Unchanged on the CPU (whose kernels need no alignment; the padding
+    would be a copy of the whole bias) and, eagerly, where its rows are
+    aligned already (or broadcast); elsewhere, while a graph is captured,
+    always padded (by zero columns where none are needed), since whether a
+    row is aligned follows the input size.
     """
-    if bias.dim() < 2:
+    if bias.dim() < 2 or bias.device.type == 'cpu':
         return bias
     if not capturing() and bias.stride(-2) % MASK_ALIGNMENT == 0:
         return bias
