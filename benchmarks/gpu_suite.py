@@ -714,10 +714,14 @@ def run_train(ctx: 'Context') -> Table:
                     error, 5, s.train_limit_s,
                     lambda: measure_train(model, ctx.device, shape, s.batch,
                                           precision, s))
-                projected = ctx.projection(spec, shape, precision)
+                backend = '' if model is None else resolved_backend(
+                    model, ctx.device)
+                # Projected as it ran: the fused ops where they did.
+                projected = ctx.projection(
+                    spec, shape, precision,
+                    'triton' if backend == 'triton' else None)
                 table.add(**row, **(result or {}), status=status, note=note,
-                          attn_backend='' if model is None else
-                          resolved_backend(model, ctx.device),
+                          attn_backend=backend,
                           projected_ms=projected and projected.ms)
                 ctx.log(f'[train] {spec.label} {shape[0]}x{shape[1]} '
                         f'{precision}: ' + (
@@ -1415,7 +1419,8 @@ class Context:
             if r['status'] != 'ok' or r['precision'] not in PROJECTED:
                 continue
             ops = self._steps.get((r['model'], (r['height'], r['width']),
-                                   'bf16', None))
+                                   'bf16', 'triton' if r.get('attn_backend')
+                                   == 'triton' else None))
             if ops:
                 samples.append((ops, r['step_ms']))
         if not errors or max(errors) <= 0.25 or len(samples) < 2:
