@@ -70,6 +70,23 @@ def _power(x, P, P_INT: tl.constexpr):
 
 
 @triton.jit
+def _features(ptr, sb, sn, pos_ptr, spn, s_ptr, b, offs_n, mask_n, col,
+              offs_d, mask_d, ratio, P, P_INT: tl.constexpr,
+              HAS_POS: tl.constexpr, FOCUSED: tl.constexpr):
+    """One head's input ``a``, ``x``, ``u = x ** P`` (``x`` for ReLU) and
+    its feature ``phi = u * r / t`` (``x`` for ReLU)."""
+    a, x = _inputs(ptr, sb, sn, pos_ptr, spn, s_ptr, b, offs_n, mask_n, col,
+                   offs_d, mask_d, HAS_POS, FOCUSED)
+    if FOCUSED:
+        u = _power(x, P, P_INT)
+        phi = u * ratio[:, None]
+    else:
+        u = x
+        phi = x
+    return a, x, u, phi
+
+
+@triton.jit
 def _norms(ptr, sb, sn, pos_ptr, spn, s_ptr, b, offs_n, mask_n, offs_d,
            mask_d, D, NH, P, P_INT: tl.constexpr, HAS_POS: tl.constexpr,
            FOCUSED: tl.constexpr):
@@ -149,10 +166,9 @@ def state_kernel(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
                          mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS,
                          FOCUSED)
     for h in range(NH):
-        _, x = _inputs(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
-                       mask_n, h * D, offs_d, mask_d, HAS_POS, FOCUSED)
-        if FOCUSED:
-            x = _power(x, P, P_INT) * ratio[:, None]
+        _, _, _, x = _features(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b,
+                               offs_n, mask_n, h * D, offs_d, mask_d, ratio,
+                               P, P_INT, HAS_POS, FOCUSED)
         v = _tile(v_ptr, svb, svn, b, offs_n, mask_n, h * D, offs_d, mask_d)
         s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
         tl.atomic_add(state_ptr + s_off,
@@ -177,10 +193,9 @@ def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
                          mask_n, offs_d, mask_d, D, NH, P, P_INT, False,
                          FOCUSED)
     for h in range(NH):
-        _, x = _inputs(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
-                       h * D, offs_d, mask_d, False, FOCUSED)
-        if FOCUSED:
-            x = _power(x, P, P_INT) * ratio[:, None]
+        _, _, _, x = _features(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n,
+                               mask_n, h * D, offs_d, mask_d, ratio, P,
+                               P_INT, False, FOCUSED)
         s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
         S = tl.load(state_ptr + s_off, mask=mask_dd, other=0.)
         m = tl.load(ksum_ptr + m_off, mask=mask_d, other=0.) * A
@@ -217,14 +232,9 @@ def _query_grad(q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
     """Head ``h`` of a query block: ``a``, ``x``, ``u``, the feature
     ``phi``, the output gradient ``g``, ``z``, ``g . o``, whether the
     denominator passes the floor, and ``dphi``."""
-    a, x = _inputs(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n, mask_n,
-                   h * D, offs_d, mask_d, False, FOCUSED)
-    u = x
-    if FOCUSED:
-        u = _power(x, P, P_INT)
-        phi = u * ratio[:, None]
-    else:
-        phi = x
+    a, x, u, phi = _features(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n,
+                             mask_n, h * D, offs_d, mask_d, ratio, P, P_INT,
+                             False, FOCUSED)
     s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
     S = tl.load(state_ptr + s_off, mask=mask_d[:, None] & mask_d[None, :],
                 other=0.) * T_h
@@ -348,14 +358,9 @@ def _key_grad(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
               HAS_POS: tl.constexpr, FOCUSED: tl.constexpr):
     """Head ``h`` of a key block: ``a``, ``x``, ``u``, ``dphi`` and
     ``dv``."""
-    a, x = _inputs(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n, mask_n,
-                   h * D, offs_d, mask_d, HAS_POS, FOCUSED)
-    u = x
-    if FOCUSED:
-        u = _power(x, P, P_INT)
-        phi = u * ratio[:, None]
-    else:
-        phi = x
+    a, x, u, phi = _features(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
+                             mask_n, h * D, offs_d, mask_d, ratio, P, P_INT,
+                             HAS_POS, FOCUSED)
     v = _tile(v_ptr, svb, svn, b, offs_n, mask_n, h * D, offs_d, mask_d)
     s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
     dS = tl.load(dstate_ptr + s_off, mask=mask_d[:, None] & mask_d[None, :],
