@@ -127,7 +127,7 @@ class LoadReport:
                 f'{self.checkpoint} leaves {len(self.missing_backbone)} '
                 f'backbone parameters of {self.model} at their random '
                 f'initial values: {shown} (it fills '
-                f'{self.loaded_ratio:.0%} of the weights). Is it of the '
+                f'{self.loaded_ratio:.1%} of the weights). Is it of the '
                 'same architecture (the same attention in every block)?',
                 *([hint] if hint else [])]))
         if not self.loaded:
