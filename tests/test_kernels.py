@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from vitattn_mm.ops import (focused_linear_attention_eager,
                             focused_linear_attention_op, kernels_run_on,
+                            diagonality_loss_eager, diagonality_loss_op,
                             mean_shift_attention_eager,
                             mean_shift_attention_op,
                             relu_linear_attention_eager,
@@ -278,6 +279,40 @@ def test_softmax_apply_fp16_large_logits_stay_finite():
     assert torch.isfinite(fused[torch.isfinite(eager)]).all()
 
 
+@pytest.mark.parametrize('shape, scale', [
+    ((2, 3, 49, 49), 2.),  # Swin's 7x7 windows, 3 heads
+    ((2, 2, 64, 64), 1.),  # 8x8 windows: a whole tile
+    ((4, 1, 5, 5), 3.),
+    ((1, 1, 1, 1), 1.),  # one token: no off-diagonal entry
+])
+def test_diagonality_loss(shape, scale):
+    """The bounded Diagonality-Preserving loss of square maps."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(*shape, generator=g) * scale
+    errors = compare(diagonality_loss_op, diagonality_loss_eager, [logits],
+                     [])
+    assert max(errors.values()) <= 1e-5, errors
+
+
+def test_diagonality_loss_splits_ties_as_amax_does():
+    """Equal row maxima share the gradient evenly (``amax``'s backward);
+    an excess of exactly 0 passes none (``clamp_min``'s)."""
+    logits = torch.zeros(1, 1, 6, 6)
+    logits[0, 0, 0, 1] = logits[0, 0, 0, 2] = 3.
+    errors = compare(diagonality_loss_op, diagonality_loss_eager, [logits],
+                     [])
+    assert max(errors.values()) <= 1e-5, errors
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_diagonality_loss_low_precision(dtype):
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(2, 3, 49, 49, generator=g) * 2).to(dtype)
+    errors = compare(diagonality_loss_op, diagonality_loss_eager, [logits],
+                     [], autocast=dtype)
+    assert max(errors.values()) <= TOLERANCE[dtype], errors
+
+
 def test_ops_run_their_eager_composition_without_kernels(monkeypatch):
     """On the CPU without the interpreter the ops run the eager
     composition, forward and backward (a backward op cannot record
@@ -300,6 +335,8 @@ def test_ops_run_their_eager_composition_without_kernels(monkeypatch):
         (softmax_apply_op, softmax_apply_eager,
          [torch.randn(4, 2, 49, 49, generator=g),
           torch.randn(4, 2, 49, 8, generator=g)], [mask]),
+        (diagonality_loss_op, diagonality_loss_eager,
+         [torch.randn(2, 2, 49, 49, generator=g)], []),
     ]
     for op, eager, inputs, constants in cases:
         errors = compare(op, eager, inputs, constants)
@@ -322,6 +359,9 @@ def test_ops_pass_torch_library_opcheck():
     torch.library.opcheck(score_conv_op,
                           (torch.randn(2, 2, 6, 4), torch.randn(2, 1, 3, 3),
                            torch.randn(2, 1, 3, 3), [2, 3], [2, 2]),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
+    torch.library.opcheck(diagonality_loss_op, (torch.randn(2, 2, 7, 7), ),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))
     torch.library.opcheck(softmax_apply_op,
@@ -359,7 +399,8 @@ def test_backbones_train_the_same_with_either_backend(name):
     for label, model in (('eager', eager), ('fused', fused)):
         torch.manual_seed(0)  # the same drop-path draws
         out = model(image)
-        sum(o.pow(2).mean() for o in out).backward()
+        aux = model.pop_aux_losses().values()  # Less-Attention's loss_dp
+        (sum(o.pow(2).mean() for o in out) + sum(aux)).backward()
         outs[label] = out
     for a, b in zip(outs['fused'], outs['eager']):
         assert relative_rmse(a, b) <= 1e-5

@@ -444,8 +444,8 @@ def test_paper_dp_loss_is_eq9_as_printed():
     assert 0 <= diagonality_preserving_loss(off, (5, 5), (5, 5)) <= 2
 
     state = LessAttentionState(maps=(
-        (logits, (5, 5), (5, 5), 1., 'paper'),
-        (2 * logits, (5, 5), (5, 5), 0.5, 'paper')))
+        (logits, (5, 5), (5, 5), 1., 'paper', 'eager'),
+        (2 * logits, (5, 5), (5, 5), 0.5, 'paper', 'eager')))
     torch.testing.assert_close(
         state.aux_losses()['loss_dp'],
         2 * paper_diagonality_loss(logits, (5, 5), (5, 5)))

@@ -3,6 +3,8 @@ its eager composition, a shape function and Triton kernels; and the
 ``attn_backend`` choice between them (:mod:`.backend`)."""
 from .backend import (BACKENDS, check_backend, eager_attention,
                       kernels_run_on, uses_fused_op)
+from .diagonality_loss import (MAX_SIDE, diagonality_loss_eager,
+                               diagonality_loss_op, diagonality_terms)
 from .linear_attention import (focused_features,
                                focused_linear_attention_eager,
                                focused_linear_attention_op,
@@ -22,5 +24,6 @@ __all__ = [
     'relu_linear_attention_op', 'mean_shift_attention_eager',
     'mean_shift_attention_op', 'key_norm_logits', 'split_parts',
     'score_conv_eager', 'score_conv_op', 'softmax_apply_eager',
-    'softmax_apply_op'
+    'softmax_apply_op', 'MAX_SIDE', 'diagonality_loss_eager',
+    'diagonality_loss_op', 'diagonality_terms'
 ]

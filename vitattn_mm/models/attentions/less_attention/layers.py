@@ -274,7 +274,8 @@ class LessAttention(SpatialReduction):
         if self.dp_loss_weight > 0 and self.training and \
                 torch.is_grad_enabled():
             maps = maps + ((logits, tuple(hw_shape), v_hw,
-                            self.dp_loss_weight, self.dp_loss_form), )
+                            self.dp_loss_weight, self.dp_loss_form,
+                            self.attn_backend), )
         return self.output(out), state.replace(
             logits=logits, factors=None, query_hw=tuple(hw_shape),
             key_hw=v_hw, windows=1, maps=maps)

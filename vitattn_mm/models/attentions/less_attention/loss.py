@@ -3,12 +3,16 @@ in our bounded form and as the paper prints it."""
 import torch
 import torch.nn.functional as F
 
+from ....ops import (MAX_SIDE, diagonality_loss_op, diagonality_terms,
+                     uses_fused_op)
 from ...layers.common import full_precision
 from ..base import Grid
 
 
-def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
-                                key_hw: Grid) -> torch.Tensor:
+def diagonality_preserving_loss(logits: torch.Tensor,
+                                query_hw: Grid,
+                                key_hw: Grid,
+                                attn_backend: str = 'eager') -> torch.Tensor:
     """Diagonality-Preserving loss of one attention map (paper Eq. 8-9).
 
     Eq. 9 as printed sums raw logits and rewards a *smaller* diagonal; we
@@ -30,28 +34,31 @@ def diagonality_preserving_loss(logits: torch.Tensor, query_hw: Grid,
         logits (Tensor): Pre-softmax attention ``(B, heads, N_q, N_k)``.
         query_hw (tuple[int, int]): Query grid (``N_q`` tokens).
         key_hw (tuple[int, int]): Key grid (``N_k`` tokens).
+        attn_backend (str): Where it chooses the fused op: square maps of
+            side up to 64 (Swin's windows) in one pass each way
+            (:func:`~vitattn_mm.ops.diagonality_loss_op`). Default: 'eager'.
 
     Returns:
         Tensor: fp32 scalar, symmetry + diagonality terms.
     """
     B, h, Nq, Nk = logits.shape
+    square = tuple(query_hw) == tuple(key_hw)
+    if square and Nk <= MAX_SIDE and uses_fused_op(attn_backend,
+                                                   logits.device):
+        return diagonality_loss_op(logits)
     with full_precision(logits):
         probs = logits.float().softmax(dim=-1)
-        if tuple(query_hw) != tuple(key_hw):
+        if not square:
             columns = probs.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
             probs = F.adaptive_avg_pool2d(columns, key_hw).reshape(
                 B, h, Nk, Nk).transpose(-2, -1)
-        asymmetry = (probs - probs.transpose(-2, -1)).abs().sum(-1).mean() / 2
-        diag = probs.diagonal(dim1=-2, dim2=-1)
-        off_diag = probs.masked_fill(
-            torch.eye(Nk, dtype=torch.bool, device=probs.device), 0)
-        excess = (off_diag.amax(dim=-1) - diag).clamp_min(0)
-        dominance = (excess / probs.amax(dim=-1)).mean()
-    return asymmetry + dominance
+        return diagonality_terms(probs)
 
 
-def paper_diagonality_loss(logits: torch.Tensor, query_hw: Grid,
-                           key_hw: Grid) -> torch.Tensor:
+def paper_diagonality_loss(logits: torch.Tensor,
+                           query_hw: Grid,
+                           key_hw: Grid,
+                           attn_backend: str = 'eager') -> torch.Tensor:
     """Diagonality-Preserving loss of one map as the paper prints it
     (Eq. 9), for reproducing the paper as written.
 
@@ -67,6 +74,8 @@ def paper_diagonality_loss(logits: torch.Tensor, query_hw: Grid,
         logits (Tensor): Pre-softmax attention ``(B, heads, N_q, N_k)``.
         query_hw (tuple[int, int]): Query grid (``N_q`` tokens).
         key_hw (tuple[int, int]): Key grid (``N_k`` tokens).
+        attn_backend (str): Taken for a uniform call; this form runs
+            eagerly. Default: 'eager'.
 
     Returns:
         Tensor: fp32 scalar.

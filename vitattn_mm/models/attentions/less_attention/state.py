@@ -26,9 +26,11 @@ class LessAttentionState(AttentionState):
         key_hw (tuple[int, int]): Their key grid.
         windows (int): Windows per image the logits are batched over (1
             outside windows; set by the window wrapper).
-        maps (tuple): ``(logits, query_hw, key_hw, weight, form)`` of the
-            LA layers of a training pass, for the Diagonality-Preserving
-            loss (``form``: a key of :data:`DP_LOSS_FORMS`).
+        maps (tuple): ``(logits, query_hw, key_hw, weight, form,
+            attn_backend)`` of the LA layers of a training pass, for the
+            Diagonality-Preserving loss (``form``: a key of
+            :data:`DP_LOSS_FORMS`; ``attn_backend``: the layer's, which
+            may compute it with a fused op).
         factors (tuple, optional): A VA layer's logits, kept as ``(q *
             scale, k, bias)``: ``q @ k^T + bias``, the bias None, ``(heads,
             N_q, N_k)`` or one per batch entry ``(B, heads, N_q, N_k)``.
@@ -83,8 +85,9 @@ class LessAttentionState(AttentionState):
         if not self.maps:
             return {}
         terms = {form: [] for form in DP_LOSS_FORMS}
-        for logits, qhw, khw, weight, form in self.maps:
-            terms[form].append(weight * DP_LOSS_FORMS[form](logits, qhw, khw))
+        for logits, qhw, khw, weight, form, backend in self.maps:
+            terms[form].append(weight * DP_LOSS_FORMS[form](
+                logits, qhw, khw, attn_backend=backend))
         total = sum(terms['paper'])
         if terms['bounded']:
             total = total + sum(terms['bounded']) / len(terms['bounded'])
