@@ -24,7 +24,7 @@ fp16 and fp32 products run as they are there too.
 import triton
 import triton.language as tl
 
-from .triton_tiles import head_tile, program_rows
+from .triton_tiles import head_tile, online_softmax_step, program_rows
 
 #: Query and key tile.
 BLOCK = 64
@@ -74,16 +74,11 @@ def forward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, out_ptr, sob, son,
         s = _logits(q, k, tl.sum(kf * kf, 1), bias_ptr, mask_ptr, b, h, offs_m,
                     offs_n, mask_m, mask_n, N, NW, scale, MEAN_SHIFT, HAS_BIAS,
                     HAS_MASK)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        v = acc  # stands in where no output is written
         if WRITE_OUT:
             v = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, 2 * C + h * D,
                           offs_d, mask_d, UPCAST)
-            acc = acc * alpha[:, None] + tl.dot(
-                p.to(v.dtype), v, input_precision='ieee')
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, WRITE_OUT)
     if WRITE_OUT:
         out = acc / l_i[:, None]
         if MEAN_SHIFT:

@@ -17,7 +17,7 @@ output are ``(B, heads, N, d)`` with any strides but a unit last one.
 import triton
 import triton.language as tl
 
-from .triton_tiles import head_tile, program_rows
+from .triton_tiles import head_tile, online_softmax_step, program_rows
 
 BLOCK = 64
 
@@ -54,16 +54,11 @@ def forward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, out_ptr, lse_ptr, NH,
         mask_n = offs_n < Nk
         s = _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m, mask_n,
                         Nq, Nk, NW, HAS_MASK)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        v = acc  # stands in where no output is written
         if WRITE_OUT:
             v = head_tile(v_ptr + h * svh, svb, svn, b, offs_n, mask_n, 0,
                           offs_d, mask_d, UPCAST)
-            acc = acc * alpha[:, None] + tl.dot(
-                p.to(v.dtype), v, input_precision='ieee')
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, WRITE_OUT)
     if WRITE_OUT:
         tl.store(out_ptr + bh.to(tl.int64) * Nq * D + offs_m[:, None] * D +
                  offs_d[None, :],

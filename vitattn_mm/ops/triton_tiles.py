@@ -1,6 +1,6 @@
 """What the flash-style kernels (mean-shift attention, ``softmax_apply``)
-share: which rows and head a program takes, and one head's tile of a
-token-major tensor."""
+share: which rows and head a program takes, one head's tile of a
+token-major tensor, and the online softmax's step."""
 import triton
 import triton.language as tl
 
@@ -30,3 +30,19 @@ def head_tile(ptr, sb, sn, b, offs, mask_n, col, offs_d, mask_d,
     if UPCAST:
         tile = tile.to(tl.float32)
     return tile
+
+
+@triton.jit
+def online_softmax_step(m_i, l_i, acc, s, v, WRITE_OUT: tl.constexpr):
+    """One key block of the online softmax: the running row maxima ``m_i``
+    and sums ``l_i`` updated with the block's fp32 logits ``s``, and with
+    ``WRITE_OUT`` the output accumulator ``acc`` rescaled and given
+    ``p v``. Returns ``(m_i, l_i, acc)``."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp(s - m_new[:, None])
+    alpha = tl.exp(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if WRITE_OUT:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v,
+                                            input_precision='ieee')
+    return m_new, l_i, acc
