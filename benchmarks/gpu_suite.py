@@ -716,6 +716,20 @@ def run_train(ctx: 'Context') -> Table:
                                           precision, s))
                 backend = '' if model is None else resolved_backend(
                     model, ctx.device)
+                if status == 'error' and error is None and \
+                        backend == 'triton':
+                    # A kernel that fails on this GPU costs the family its
+                    # fused rows, not its training rows: eager from here on.
+                    failed = note
+                    set_backend(model, 'eager')
+                    backend = 'eager'
+                    result, status, note = ctx.attempt(
+                        None, 5, s.train_limit_s,
+                        lambda: measure_train(model, ctx.device, shape,
+                                              s.batch, precision, s))
+                    note = '; '.join(filter(None, [
+                        f'the fused ops failed ({failed}); eager', note]))
+                    ctx.log(f'[train] {spec.label}: {note}')
                 # Projected as it ran: the fused ops where they did.
                 projected = ctx.projection(
                     spec, shape, precision,
@@ -744,7 +758,7 @@ def train_markdown(table: Table) -> str:
             continue
         b = base.get((r['baseline'], r['height'], r['width'],
                       r['precision']), {})
-        note = r['note'] if r['status'] != 'ok' else ''
+        note = r['note']  # '' for a row that ran as asked
         if r.get('scaler_skips'):
             note = (f"{r['scaler_skips']} of the timed steps skipped by "
                     'the scaler')
