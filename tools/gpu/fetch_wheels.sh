@@ -19,7 +19,11 @@
 #   * One Python for download and build (the project's .venv when present: building the lite
 #     wheel imports torch and setuptools); `set -euo pipefail`; a DIR already filled is refreshed
 #     (one version of each package: two stop the --no-deps install there).
-# The download list is the shared one: what mmengine, mmcv, mmdet, mmseg and mmpretrain import
+#   * The list differs from the shared one where a GPU run showed it wrong (2026-11-27):
+#     `modelindex` is an empty placeholder, `model-index` holds the module mmpretrain imports;
+#     importlib_metadata (mmpretrain imports it) is pinned below 9, whose releases need
+#     lazy-importer, which the image lacks.
+# Otherwise the download list is the shared one: what mmengine, mmcv, mmdet, mmseg and mmpretrain import
 # that the GPU image (KINDS.md: numpy, opencv-python-headless, matplotlib, scipy, rich, pyyaml,
 # einops, onnxruntime ... are there) lacks.
 set -euo pipefail
@@ -30,7 +34,7 @@ plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platfo
 "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" -d "$dir" \
   mmengine==0.10.7 mmdet==3.3.0 mmsegmentation==1.2.2 mmpretrain==1.2.0 \
   addict yapf platformdirs termcolor terminaltables prettytable wcwidth pycocotools shapely \
-  modelindex ordered-set mat4py ftfy
+  model-index ordered-set mat4py ftfy "importlib_metadata<9"
 # mmcv: no wheel exists for the GPU machine's Python and torch. Carry the sdist (for the ops
 # build there) and, built from it here, the pure-Python wheel without ops.
 "$py" -m pip download -q --no-deps --no-binary=:all: --no-build-isolation -d "$dir" mmcv==2.1.0
