@@ -162,7 +162,7 @@ def state_kernel(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
     added to the image's fp32 sums."""
     b, offs_n, mask_n, offs_d, mask_d = _program_tokens(n, D, BLOCK_N,
                                                         BLOCK_D)
-    _, _, ratio = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
+    _r, _t, ratio = _norms(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
                          mask_n, offs_d, mask_d, D, NH, P, P_INT, HAS_POS,
                          FOCUSED)
     for h in range(NH):
@@ -189,7 +189,7 @@ def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
     b, offs_n, mask_n, offs_d, mask_d = _program_tokens(N, D, BLOCK_N,
                                                         BLOCK_D)
     mask_dd = mask_d[:, None] & mask_d[None, :]
-    _, _, ratio = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n,
+    _r, _t, ratio = _norms(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n,
                          mask_n, offs_d, mask_d, D, NH, P, P_INT, False,
                          FOCUSED)
     for h in range(NH):

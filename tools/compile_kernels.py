@@ -1,0 +1,59 @@
+"""Compile every Triton kernel of the fused ops for a GPU, without a GPU.
+
+Runs each family's training step on the CPU with the kernels' launches
+turned into ``triton.compile`` calls for ``sm_<capability>`` (Triton's front
+end, passes and bundled ptxas), at fp32, bf16 and fp16; prints one row per
+distinct specialization: compile time, shared memory, registers, stack frame and
+the error of any that fails. Exit status 1 if one fails. Examples::
+
+    python tools/compile_kernels.py                  # all families, sm_90
+    python tools/compile_kernels.py --family LaViT --precision bf16
+    python tools/compile_kernels.py --capability 80  # an A100
+"""
+import argparse
+import os
+import sys
+import time
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--family', action='append', default=[],
+                        help='backbone class name (repeatable; default: all)')
+    parser.add_argument('--precision', action='append', default=[],
+                        choices=['fp32', 'bf16', 'fp16'],
+                        help='default: all three')
+    parser.add_argument('--capability', type=int, default=90,
+                        help='compute capability (default: 90, Hopper)')
+    parser.add_argument('--out', help='also write the table to this file')
+    args = parser.parse_args()
+    if os.environ.get('TRITON_INTERPRET', '0') not in ('', '0'):
+        sys.exit('unset TRITON_INTERPRET: the interpreter replaces the '
+                 'compiler this tool runs')
+    import vitattn_mm  # noqa: F401
+    from vitattn_tools.kernel_compile import (FAMILIES, PRECISIONS,
+                                              compile_all, markdown)
+    known = [f[0] for f in FAMILIES]
+    unknown = [f for f in args.family if f not in known]
+    if unknown:
+        sys.exit(f'unknown family {unknown}; valid: {known}')
+    families = [f for f in FAMILIES if not args.family or f[0] in args.family]
+    precisions = {k: v for k, v in PRECISIONS.items()
+                  if not args.precision or k in args.precision}
+    start = time.perf_counter()
+    results = compile_all(families, precisions, args.capability,
+                          progress=lambda what: print('compiled:', what,
+                                                      flush=True))
+    table = markdown(results)
+    print(table)
+    failed = [r for r in results if r.error]
+    print(f'{len(results)} specializations for sm_{args.capability}, '
+          f'{len(failed)} failed, {time.perf_counter() - start:.0f} s')
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(table + '\n')
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == '__main__':
+    main()
