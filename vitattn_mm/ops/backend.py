@@ -10,7 +10,11 @@ its fused custom op (Triton kernels).
   (how the tests check them) and the eager composition otherwise; on the
   meta device its shape function (the cost model);
 * ``'auto'``: Triton on CUDA tensors when ``triton`` imports, eager
-  otherwise. The choice is logged once per process.
+  otherwise; and eager for the flash-style ops (mean-shift attention,
+  ``softmax_apply``) on fp32 inputs, whose dots Triton runs without tensor
+  cores (``input_precision='ieee'``, to match eager fp32): on an H200 the
+  fused global mean-shift attention took 8.7x SDPA's time in fp32 and 2.8x
+  in bf16 (docs/benchmarks.md). The choice is logged once per process.
 """
 import contextlib
 import functools
@@ -58,13 +62,18 @@ def kernels_run_on(device: torch.device) -> bool:
 _LOGGED = set()
 
 
-def uses_fused_op(backend: str, device: torch.device) -> bool:
+def uses_fused_op(backend: str, device: torch.device,
+                  matmul_dtype: Optional[torch.dtype] = None) -> bool:
     """Whether an attention with ``attn_backend=backend`` calls its custom
-    op for tensors on ``device`` (see the module docstring)."""
+    op for tensors on ``device`` (see the module docstring). A flash-style
+    op passes the dtype of its dots' inputs as ``matmul_dtype``: 'auto'
+    keeps fp32 ones eager."""
     if backend == 'eager':
         return False
     if backend == 'triton':
         return True
+    if matmul_dtype == torch.float32:
+        return False
     fused = device.type == 'cuda' and triton_importable() is None
     # Said once, eagerly (a graph being captured neither logs nor reads
     # what was said: no break, no guard).

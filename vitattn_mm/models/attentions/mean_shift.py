@@ -204,7 +204,7 @@ class MeanShiftAttention(TokenAttention):
         # The op takes no attention dropout and an additive mask only.
         fusable = self.fused and not dropout and (
             mask is None or mask.is_floating_point())
-        if fusable and uses_fused_op(self.attn_backend, x.device):
+        if fusable and uses_fused_op(self.attn_backend, x.device, qkv.dtype):
             out = mean_shift_attention_op(qkv, bias, mask, self.num_heads,
                                           self.scale, self.mean_shift)
         else:

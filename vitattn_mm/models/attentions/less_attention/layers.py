@@ -41,7 +41,7 @@ def apply_softmax(logits: torch.Tensor, v: torch.Tensor,
     stored) where ``backend`` chooses it, unless the attention weights are
     dropped out or the mask is boolean (the op takes neither)."""
     fusable = not dropout_p and (mask is None or mask.is_floating_point())
-    if fusable and uses_fused_op(backend, logits.device):
+    if fusable and uses_fused_op(backend, logits.device, v.dtype):
         return softmax_apply_op(logits, v, mask)
     return softmax_apply_eager(logits, v, mask, dropout_p)
 
