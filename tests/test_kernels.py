@@ -8,6 +8,8 @@ gradient, at odd token counts, with keys on another grid than the queries
 two. Tolerances, as relative RMSE against the eager composition on the
 same inputs: 1e-5 in fp32, 5e-3 in bf16 and fp16.
 """
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -453,3 +455,47 @@ def test_fused_ops_compile_in_one_graph():
         ref.sum().backward()
         assert relative_rmse(out, ref) <= 1e-5
         assert relative_rmse(grad, x.grad) <= 1e-5
+
+
+def test_auto_backend_keeps_fp32_flash_style_ops_eager():
+    """'auto' fuses on CUDA when Triton imports, except a flash-style op's
+    fp32 dots (no tensor cores: measured slower than SDPA on an H200);
+    'triton' and 'eager' are what they say, on any device and dtype."""
+    from vitattn_mm.ops import uses_fused_op
+    from vitattn_mm.ops.backend import triton_importable
+    cuda, cpu = torch.device('cuda'), torch.device('cpu')
+    has_triton = triton_importable() is None
+    assert uses_fused_op('auto', cuda) is has_triton
+    assert uses_fused_op('auto', cuda, torch.bfloat16) is has_triton
+    assert uses_fused_op('auto', cuda, torch.float16) is has_triton
+    assert not uses_fused_op('auto', cuda, torch.float32)
+    assert not uses_fused_op('auto', cpu, torch.bfloat16)
+    assert uses_fused_op('triton', cuda, torch.float32)
+    assert uses_fused_op('triton', cpu)
+    assert not uses_fused_op('eager', cuda, torch.bfloat16)
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles_for_hopper():
+    """The interpreter runs a kernel's Python, not Triton's compiler: the
+    first GPU run met a kernel that passed every interpreted test and did
+    not compile (a loop-carried variable changing type). Each kernel the
+    families launch compiles for sm_90 (front end, passes, ptxas) in fp32
+    and bf16, in a process without the interpreter, and fits its shared
+    memory (tools/compile_kernels.py; fp16 takes bf16's code)."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
+    families = ['FLattenPVT', 'FLattenSwinTransformer', 'L2ViT',
+                'MSFSwinTransformer', 'LessAttnSwinTransformer']
+    command = [sys.executable, 'tools/compile_kernels.py',
+               '--precision', 'fp32', '--precision', 'bf16']
+    for family in families:
+        command += ['--family', family]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    kernels = {line.split('|')[1].strip() for line in
+               done.stdout.splitlines() if line.startswith('| triton_')}
+    assert len(kernels) == 14, sorted(kernels)  # every kernel of the ops
