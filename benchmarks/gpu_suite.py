@@ -698,52 +698,66 @@ def measure_train(model: nn.Module, device: torch.device, shape: Shape,
         del trainer
 
 
+def train_order(resolutions: Sequence[Shape]) -> List[Tuple[Shape, str]]:
+    """(size, precision) pairs in the order the train section measures
+    them, every model at each before the next: bf16 at every size first
+    (what users train in, and what the cost model projects), then fp16 and
+    fp32; a budget that runs out leaves whole precisions, not whole
+    families, unmeasured."""
+    return [(shape, precision) for precision in ('bf16', 'fp16', 'fp32')
+            for shape in resolutions]
+
+
 def run_train(ctx: 'Context') -> Table:
     s = ctx.settings
     table = Table('train', TRAIN_COLUMNS, ctx.out, _train_ratios)
-    for spec in MODEL_SPECS:
-        common = dict(model=spec.label, role=spec.role,
-                      baseline=spec.baseline or '', type=spec.type,
-                      arch=ctx.arch(spec), batch=s.batch)
-        model, error = ctx.build(spec)
-        for shape in s.resolutions:
-            for precision in PRECISIONS:
-                row = dict(common, height=shape[0], width=shape[1],
-                           precision=precision)
+    eager_only: Dict[str, str] = {}  # families whose fused ops failed
+    for shape, precision in train_order(s.resolutions):
+        for spec in MODEL_SPECS:
+            row = dict(model=spec.label, role=spec.role,
+                       baseline=spec.baseline or '', type=spec.type,
+                       arch=ctx.arch(spec), batch=s.batch, height=shape[0],
+                       width=shape[1], precision=precision)
+            model, error = ctx.build(spec)
+            if model is not None and spec.label in eager_only:
+                set_backend(model, 'eager')
+            result, status, note = ctx.attempt(
+                error, 5, s.train_limit_s,
+                lambda: measure_train(model, ctx.device, shape, s.batch,
+                                      precision, s))
+            backend = '' if model is None else resolved_backend(
+                model, ctx.device)
+            if status == 'error' and error is None and backend == 'triton':
+                # A kernel that fails on this GPU costs the family its
+                # fused rows, not its training rows: eager from here on.
+                eager_only[spec.label] = note
+                ctx.log(f'[train] {spec.label}: the fused ops failed '
+                        f'({note}); eager from here on')
+                model, _ = ctx.build(spec)
+                set_backend(model, 'eager')
+                backend = 'eager'
                 result, status, note = ctx.attempt(
-                    error, 5, s.train_limit_s,
-                    lambda: measure_train(model, ctx.device, shape, s.batch,
-                                          precision, s))
-                backend = '' if model is None else resolved_backend(
-                    model, ctx.device)
-                if status == 'error' and error is None and \
-                        backend == 'triton':
-                    # A kernel that fails on this GPU costs the family its
-                    # fused rows, not its training rows: eager from here on.
-                    failed = note
-                    set_backend(model, 'eager')
-                    backend = 'eager'
-                    result, status, note = ctx.attempt(
-                        None, 5, s.train_limit_s,
-                        lambda: measure_train(model, ctx.device, shape,
-                                              s.batch, precision, s))
-                    note = '; '.join(filter(None, [
-                        f'the fused ops failed ({failed}); eager', note]))
-                    ctx.log(f'[train] {spec.label}: {note}')
-                # Projected as it ran: the fused ops where they did.
-                projected = ctx.projection(
-                    spec, shape, precision,
-                    'triton' if backend == 'triton' else None)
-                table.add(**row, **(result or {}), status=status, note=note,
-                          attn_backend=backend,
-                          projected_ms=projected and projected.ms)
-                ctx.log(f'[train] {spec.label} {shape[0]}x{shape[1]} '
-                        f'{precision}: ' + (
-                            f"{result['images_per_s']:.2f} img/s, "
-                            f"{_fmt(result['peak_mib'], 0) or '-'} MiB"
-                            if result else f'{status} ({note})'))
-        model = None  # freed before the next one is built
-        release_memory(ctx.device, collect=True)
+                    None, 5, s.train_limit_s,
+                    lambda: measure_train(model, ctx.device, shape,
+                                          s.batch, precision, s))
+            if spec.label in eager_only:
+                note = '; '.join(filter(None, [
+                    f'the fused ops failed ({eager_only[spec.label]}); '
+                    'eager', note]))
+            # Projected as it ran: the fused ops where they did.
+            projected = ctx.projection(
+                spec, shape, precision,
+                'triton' if backend == 'triton' else None)
+            table.add(**row, **(result or {}), status=status, note=note,
+                      attn_backend=backend,
+                      projected_ms=projected and projected.ms)
+            ctx.log(f'[train] {spec.label} {shape[0]}x{shape[1]} '
+                    f'{precision}: ' + (
+                        f"{result['images_per_s']:.2f} img/s, "
+                        f"{_fmt(result['peak_mib'], 0) or '-'} MiB"
+                        if result else f'{status} ({note})'))
+            model = None  # freed before the next one is built
+            release_memory(ctx.device, collect=True)
     table.write()
     ctx.calibrate(table.rows)
     return table
@@ -1430,7 +1444,8 @@ class Context:
                   if r.get('ratio_error') not in (None, '')]
         samples = []
         for r in rows:
-            if r['status'] != 'ok' or r['precision'] not in PROJECTED:
+            # bf16 only: fp16's GradScaler ops are not in the projection.
+            if r['status'] != 'ok' or r['precision'] != 'bf16':
                 continue
             ops = self._steps.get((r['model'], (r['height'], r['width']),
                                    'bf16', 'triton' if r.get('attn_backend')

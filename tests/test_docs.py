@@ -25,7 +25,7 @@ BASES = ['', 'vitattn_mm', 'vitattn_mm/models', 'vitattn_mm/models/attentions',
 EXTERNAL = {'torch', 'mmcv', 'cnn', 'mmdet', 'mmseg', 'mmpretrain',
             'mmengine', 'F', 'triton', 'onnx', 'PyramidVisionTransformer',
             'custom_imports', 'resume', 'checkpoint_filter_fn', '_to_copy',
-            'select', 'vitattn_tools'}
+            'select', 'vitattn_tools', 'num_warps', 'ptxas', 'sm_90'}
 
 
 def _sources():
