@@ -343,6 +343,18 @@ def test_ops_run_their_eager_composition_without_kernels(monkeypatch):
     for op, eager, inputs, constants in cases:
         errors = compare(op, eager, inputs, constants)
         assert max(errors.values()) <= 1e-6, (op, errors)
+    # bf16 activations with fp32 weights, as under autocast (which does
+    # not reach inside the op): the composition casts the conv weights.
+    inputs, constants = focused_inputs(kv_tokens=6, dtype=torch.bfloat16)
+    leaves = [t.requires_grad_() if t is not None else t for t in inputs]
+    out = focused_linear_attention_op(*leaves, *constants)
+    out.float().pow(2).mean().backward()
+    reference = focused_linear_attention_eager(
+        *[t.detach().float() if t is not None else t for t in inputs],
+        *constants)
+    assert out.dtype == torch.bfloat16
+    assert relative_rmse(out.float(), reference) <= 5e-3
+    assert all(t.grad is not None for t in leaves if t is not None)
 
 
 def test_ops_pass_torch_library_opcheck():

@@ -90,7 +90,11 @@ def focused_linear_attention_eager(
         dwc_map = nlc_to_nchw(values, hw)
     # One depthwise kernel for every head: heads go into the batch.
     heads = dwc_map.reshape(B * num_heads, C // num_heads, *hw)
-    conv = F.conv2d(heads, dwc_weight, dwc_bias,
+    # The map's dtype, as autocast would give: inside the custom op (its
+    # CPU path) autocast does not reach, and an fp32 weight on a bf16 map
+    # would not convolve.
+    conv = F.conv2d(heads, dwc_weight.to(heads.dtype),
+                    dwc_bias.to(heads.dtype),
                     padding=dwc_weight.shape[-1] // 2,
                     groups=C // num_heads)
     return out + conv.reshape(B, C, N).transpose(1, 2)
