@@ -152,6 +152,24 @@ def _widths(model):
     return model.num_features
 
 
+@pytest.mark.parametrize('name', registered_backbones())
+def test_stochastic_depth_grows_linearly_over_every_block(name):
+    """Each stage builds its blocks from its own slice of one linear
+    schedule (0 to ``drop_path_rate`` over every block of the network),
+    as the stock Swin and PVT do, whatever order stages are built in."""
+    from vitattn_mm.models.layers.stage import (drop_path_slices,
+                                                linear_drop_path_rates)
+    assert drop_path_slices(0.3, [1, 2, 0, 3]) == [
+        [0.], [0.06, 0.12], [], [0.18, 0.24, 0.3]
+    ] == [linear_drop_path_rates(0.3, 6)[a:b]
+          for a, b in ((0, 1), (1, 3), (3, 3), (3, 6))]
+    model = build_tiny(name, drop_path_rate=0.2)
+    rates = [float(block.drop_path.drop_prob) if hasattr(
+        block.drop_path, 'drop_prob') else 0.
+        for stage in model.stages for block in stage.blocks]
+    assert rates == pytest.approx(linear_drop_path_rates(0.2, len(rates)))
+
+
 def test_every_registered_backbone_has_a_tiny_arch():
     for name in registered_backbones():
         assert skeleton_of(getattr(backbones, name)) in SKELETONS

@@ -147,6 +147,17 @@ class TokenAttention(BaseModule):
             return None
         return f'{cls.__name__} {CAPABILITIES[capability]}'
 
+    @classmethod
+    def configured_class(cls, cfg: Optional[dict] = None) -> type:
+        """The attention whose constructor ``cfg``'s keywords feed: this
+        class, unless it wraps another (the window wrapper)."""
+        return cls
+
+    @property
+    def inner(self) -> 'TokenAttention':
+        """The attention that computes (this one, unless it wraps
+        another)."""
+        return self
 
     @classmethod
     def min_grid(cls, cfg: Optional[dict] = None) -> int:

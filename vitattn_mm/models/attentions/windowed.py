@@ -92,8 +92,17 @@ class WindowedAttention(TokenAttention):
             return 'a window is a piece of the grid: no class token'
         if capability == 'takes_mask':
             return super().refusal(capability, cfg)
-        inner = attention_class((cfg or {}).get('window_msa', 'WindowMSA'))
-        return inner.refusal(capability, cfg)
+        return cls.configured_class(cfg).refusal(capability, cfg)
+
+    @classmethod
+    def configured_class(cls, cfg: Optional[dict] = None) -> type:
+        """The attention inside the windows: the wrapper hands it its
+        keywords."""
+        return attention_class((cfg or {}).get('window_msa', 'WindowMSA'))
+
+    @property
+    def inner(self) -> TokenAttention:
+        return self.w_msa
 
     @classmethod
     def min_grid(cls, cfg: Optional[dict] = None) -> int:

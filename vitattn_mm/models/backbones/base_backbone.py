@@ -9,17 +9,17 @@ Output ``i`` is stage ``i``'s tokens through the output norm ``norm{i}``
 where the skeleton has one. :class:`StagedBackbone` owns what follows from
 that layout, once for every skeleton:
 
-* the arch zoo, the stock keywords that name arch settings
-  (:meth:`resolve_arch`) and the ``attn_cfgs`` grammar
-  (:meth:`resolve_attn_cfgs`);
-* the blocks of a stage (:meth:`build_blocks`: the drop-path schedule, the
-  attention built with what the skeleton knows);
+* the arch zoo and the stock keywords that name arch settings
+  (:meth:`resolve_arch`, :mod:`.arch`); the ``attn_cfgs`` grammar is the
+  attentions' (:mod:`~vitattn_mm.models.attentions.cfgs`);
+* the blocks of a stage (:meth:`build_blocks`: its slice of the drop-path
+  schedule, the attention built with what the skeleton knows);
 * the forward loop, which threads the attention state through every block
   and stage and hands its auxiliary losses to the task model; gradient
   checkpointing (per block);
 * ``frozen_stages``, ``norm_eval``, ``train()`` returning the module, with
   each OpenMMLab package's meaning in that package's class
-  (:meth:`for_package`);
+  (:class:`~vitattn_mm.models.backbones.conventions.PackageConventions`);
 * the one checkpoint path, which every loader takes
   (:class:`~vitattn_mm.models.checkpoint.adapt.CheckpointLoading`);
 * each parameter's depth for layer-wise learning-rate decay
@@ -37,18 +37,15 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from ...ops import check_backend
 from ..attentions.base import (AttentionState, Grid, accepts,
                                attention_class, build_attention, pass_on)
-from ..attentions.windowed import WindowedAttention
+from ..attentions.cfgs import AttnCfgs
+from ..checkpoint.adapt import CheckpointLoading
 from ..layers.common import (InvalidArgument, check_type, freeze_module,
                              nlc_to_nchw)
-from ..layers.stage import linear_drop_path_rates
-from . import packages
 from .arch import ArchResolution
-from ..checkpoint.adapt import CheckpointLoading
+from .conventions import PackageConventions
 from .input_size import InputSize
 from .layer_depth import LayerDepth
 
-AttnCfgs = Union[None, dict, Sequence[Union[None, dict, Sequence[dict]]],
-                 Callable[[dict, List[Grid]], object]]
 #: The modules of the skeletons (the classes that take ``attn_cfgs``).
 SKELETON_MODULES = ('swin', 'pvt', 'vit', 'cswin', 'l2vit')
 
@@ -68,17 +65,18 @@ def family_attn_cfgs(family: type, kwargs: dict, plan: AttnCfgs) -> AttnCfgs:
     return plan
 
 
-class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
-                     LayerDepth, BaseModule):
+class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
+                     InputSize, LayerDepth, BaseModule):
     """Base class of the package's backbones (mmpretrain style).
 
     A skeleton defines ``arch_zoo`` (names or tuples of aliases ->
     settings), ``arch_keys`` (what a custom arch dict must give) and
     ``arch_aliases`` (stock keywords naming arch settings), resolves its
-    arch with :meth:`resolve_arch`, calls ``super().__init__``, builds its
-    stem ``patch_embed`` and ``self.stages`` (blocks through
-    :meth:`build_blocks`), adds output norms with :meth:`add_output_norms`,
-    and overrides the small hooks of the forward loop where its layout
+    arch with :meth:`resolve_arch` and its ``attn_cfgs`` with
+    :func:`~vitattn_mm.models.attentions.cfgs.resolve_attn_cfgs`, calls
+    ``super().__init__``, builds its stem ``patch_embed`` and
+    ``self.stages`` (blocks through :meth:`build_blocks`), adds output
+    norms with :meth:`add_output_norms`, and overrides the small hooks of the forward loop where its layout
     needs it (:meth:`forward_stem`, :meth:`close_stage`,
     :meth:`format_output`).
 
@@ -113,14 +111,6 @@ class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
             Default: None.
     """
 
-    #: Keyword defaults where the OpenMMLab packages' stock classes differ:
-    #: ``None`` -> the documented plain-Python defaults, a package name ->
-    #: that package's (only what differs). ``frozen_stages_offset`` says how
-    #: a package counts ``frozen_stages`` (mmpretrain's Swin: 1 further).
-    conventions: Dict[Optional[str], dict] = {None: {}}
-    #: The package whose conventions this class follows (None: plain
-    #: Python); set on the classes :meth:`for_package` makes.
-    package: Optional[str] = None
     #: Whether ``frozen_stages=0`` freezes the stem (mmdet, mmseg); False
     #: for skeletons that follow a stock class freezing nothing at 0
     #: (mmpretrain's ViT).
@@ -176,42 +166,6 @@ class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
         self.min_grids = [1] * num_stages
         self._aux_losses: Optional[Dict[str, torch.Tensor]] = None
 
-    # -------------------------------------------------------- conventions
-    @classmethod
-    def default(cls, name: str, fallback=None):
-        """The default of keyword ``name`` for this class's package: the
-        package's where it differs, else the documented one, else
-        ``fallback``."""
-        for table in (cls.conventions.get(cls.package) or {},
-                      cls.conventions[None]):
-            if name in table:
-                return table[name]
-        return fallback
-
-    @classmethod
-    def for_package(cls, package: str) -> type:
-        """The class ``package``'s configs build: ``cls`` itself, or where
-        the package's stock classes differ from the documented defaults a
-        subclass with its conventions (made once, kept in
-        :mod:`~vitattn_mm.models.backbones.packages`)."""
-        namespace = getattr(packages, package)
-        variant = cls.__dict__.get('_package_variants', {}).get(package)
-        if variant is None:
-            variant = cls
-            if cls.conventions.get(package):
-                doc = (f'{cls.__name__} with {package}\'s conventions '
-                       f'({cls.conventions[package]}); see '
-                       f':class:`{cls.__module__}.{cls.__name__}`.')
-                variant = type(cls.__name__, (cls, ), dict(
-                    package=package, __doc__=doc,
-                    __module__=packages.__name__,
-                    __qualname__=f'{package}.{cls.__name__}'))
-            if '_package_variants' not in cls.__dict__:
-                cls._package_variants = {}
-            cls._package_variants[package] = variant
-        setattr(namespace, cls.__name__, variant)
-        return variant
-
     # ----------------------------------------------------------- arguments
     @staticmethod
     def normalize_out_indices(out_indices: Union[int, Sequence[int]],
@@ -231,58 +185,12 @@ class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
         return tuple(sorted(set(result)))
 
     # ------------------------------------------------------------ building
-    @staticmethod
-    def resolve_attn_cfgs(attn_cfgs: AttnCfgs, arch: dict,
-                          depths: Sequence[int], grids: Sequence[Grid],
-                          default: Union[dict, Callable[[int, int], dict]]
-                          ) -> List[List[dict]]:
-        """``attn_cfgs`` as one config per block of every stage.
-
-        The grammar every skeleton shares: a dict (or None) serves every
-        stage; a list gives each stage its entry: a dict for all its
-        blocks, a list with one per block, or None for the skeleton's own
-        attention (``default``: a dict, or ``default(stage, block)``). A
-        family passes its attention plan as a callable ``plan(arch,
-        grids)`` returning any of these, given the resolved arch and the
-        stages' pretraining grids.
-        """
-        if callable(attn_cfgs):
-            attn_cfgs = attn_cfgs(arch, list(grids))
-        num_stages = len(depths)
-        if attn_cfgs is None or isinstance(attn_cfgs, dict):
-            attn_cfgs = [attn_cfgs] * num_stages
-        if not isinstance(attn_cfgs, (list, tuple)):
-            raise TypeError('attn_cfgs must be a dict, a list (one entry per '
-                            f'stage) or None, got {type(attn_cfgs).__name__}')
-        if len(attn_cfgs) != num_stages:
-            raise ValueError(f'attn_cfgs has {len(attn_cfgs)} entries for '
-                             f'{num_stages} stages')
-        resolved = []
-        for i, (cfg, depth) in enumerate(zip(attn_cfgs, depths)):
-            if cfg is None or isinstance(cfg, dict):
-                cfg = [cfg] * depth
-            elif len(cfg) != depth:
-                raise ValueError(f'attn_cfgs of stage {i} lists {len(cfg)} '
-                                 f'blocks; the stage has {depth}')
-            blocks = []
-            for j, block in enumerate(cfg):
-                if block is None:
-                    block = default(i, j) if callable(default) else default
-                elif not isinstance(block, dict):
-                    raise TypeError(f'attn_cfgs of stage {i}, block {j}: '
-                                    f'expected a dict or None, got '
-                                    f'{block!r}')
-                blocks.append(dict(block))
-            resolved.append(blocks)
-        return resolved
-
     def build_blocks(self,
                      stage: int,
                      cfgs: Sequence[dict],
                      make_block: Callable[[int, nn.Module, float],
                                           nn.Module],
-                     drop_path_rate: float,
-                     num_blocks: int,
+                     drop_path_rates: Sequence[float],
                      context: Optional[dict] = None,
                      settings: Optional[dict] = None,
                      **defaults) -> ModuleList:
@@ -291,14 +199,16 @@ class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
         Block ``j`` gets the attention of ``cfgs[j]`` (with the skeleton's
         ``settings`` its constructor takes, e.g. dropouts: a non-zero one it
         cannot take raises; ``context``, e.g. the pretraining grid, to those
-        that take it; ``defaults`` such as ``embed_dims``) and the drop-path
-        rate of its place in the network's linear schedule over
-        ``num_blocks`` blocks: ``make_block(j, attention, drop_path)``.
-        Stages are built in order. Records the least grid side the
-        attentions take (:attr:`min_input_size`).
+        that take it; ``defaults`` such as ``embed_dims``) and
+        ``drop_path_rates[j]``, the stage's own slice of the network's
+        schedule (:func:`~vitattn_mm.models.layers.stage.drop_path_slices`):
+        ``make_block(j, attention, drop_path)``. Stages may be built in any
+        order. Records the least grid side the attentions take
+        (:attr:`min_input_size`).
         """
-        rates = linear_drop_path_rates(drop_path_rate, num_blocks)
-        start = sum(len(s.blocks) for s in self.stages[:stage])
+        if len(drop_path_rates) != len(cfgs):
+            raise ValueError(f'stage {stage}: {len(cfgs)} blocks, '
+                             f'{len(drop_path_rates)} drop-path rates')
         blocks = ModuleList()
         for j, cfg in enumerate(cfgs):
             cfg = dict(cfg)
@@ -310,17 +220,14 @@ class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
                 self.min_grids[stage],
                 attention_class(cfg['type']).min_grid(cfg))
             attn = build_attention(cfg, context=context, **defaults)
-            blocks.append(make_block(j, attn, rates[start + j]))
+            blocks.append(make_block(j, attn, drop_path_rates[j]))
         return blocks
 
     @staticmethod
     def configured_attention(cfg: dict) -> type:
-        """The attention a config builds, seen through a window wrapper
-        (whose keywords go to the attention inside)."""
-        cls = attention_class(cfg['type'])
-        if issubclass(cls, WindowedAttention):
-            return attention_class(cfg.get('window_msa', 'WindowMSA'))
-        return cls
+        """The attention a config builds, seen through a wrapper (whose
+        keywords go to the attention inside)."""
+        return attention_class(cfg['type']).configured_class(cfg)
 
     def add_output_norms(self, widths: Sequence[int],
                          build: Callable[[int], nn.Module]) -> None:
@@ -332,9 +239,7 @@ class StagedBackbone(ArchResolution, CheckpointLoading, InputSize,
         """The attention of a block, by registered class name, and whether
         it runs inside the window wrapper."""
         attn = self.stages[stage].blocks[block].attn
-        if isinstance(attn, WindowedAttention):
-            return type(attn.w_msa).__name__, True
-        return type(attn).__name__, False
+        return type(attn.inner).__name__, attn.inner is not attn
 
     # ------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor) -> tuple:

@@ -20,9 +20,11 @@ from mmcv.cnn import build_norm_layer
 from mmengine.model import ModuleList
 
 from ...registry import register_model
+from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
 from ..layers.padding import CornerPatchEmbed, grid_after_stride, pad_corner
-from ..layers.stage import Stage, init_linear_and_norm
+from ..layers.stage import (Stage, drop_path_slices,
+                            init_linear_and_norm)
 from ..layers.common import to_2tuple_int
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
@@ -128,8 +130,9 @@ class AttnCSwinTransformer(StagedBackbone):
         grids = [grid_after_stride(pretrain_hw, self.stem_stride)]
         for _ in range(num_stages - 1):
             grids.append(grid_after_stride(grids[-1], 2))
-        cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, depths, grids,
-                                      dict(type='CrossShapedWindowAttention'))
+        cfgs = resolve_attn_cfgs(attn_cfgs, arch, depths, grids,
+                                 dict(type='CrossShapedWindowAttention'))
+        drop_paths = drop_path_slices(drop_path_rate, depths)
         patch_embeds = [
             CornerPatchEmbed(
                 in_channels=in_channels if i == 0 else dims // 2,
@@ -152,7 +155,7 @@ class AttnCSwinTransformer(StagedBackbone):
                 lambda j, attn, drop_path, dims=dims: TransformerBlock(
                     dims, attn, ffn_ratio=mlp_ratio, drop_path=drop_path,
                     ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg),
-                drop_path_rate, sum(depths),
+                drop_paths[i],
                 context=dict(grid_size=grids[i], split_size=split),
                 settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate),
                 embed_dims=dims, num_heads=arch['num_heads'][i],

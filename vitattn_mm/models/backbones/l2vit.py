@@ -27,11 +27,12 @@ from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_model
 from ..attentions.linear_global import LocalConcentrationModule
+from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
 from ..layers.common import nchw_to_nlc, to_2tuple_int
 from ..layers.padding import CornerPadding, grid_after_stride
 from ..layers.pos_embed import ConditionalPositionEncoding
-from ..layers.stage import Stage
+from ..layers.stage import Stage, drop_path_slices
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
 from ..checkpoint.adapt import block_converter
@@ -291,8 +292,8 @@ class L2ViT(StagedBackbone):
         grids = [grid_after_stride(pretrain_hw, 4)]
         for _ in range(num_stages - 1):
             grids.append(grid_after_stride(grids[-1], 2))
-        cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, depths, grids,
-                                      default)
+        cfgs = resolve_attn_cfgs(attn_cfgs, arch, depths, grids, default)
+        drop_paths = drop_path_slices(drop_path_rate, depths)
         self.patch_embed = ConvStem(in_channels, embed_dims[0], conv_norm_cfg,
                                     norm_cfg=norm_cfg)
         self.stages = ModuleList()
@@ -303,7 +304,7 @@ class L2ViT(StagedBackbone):
                     embed_dims[i], attn, local_window=j % 2 == 0,
                     mlp_ratio=mlp_ratio, drop_path=drop_path,
                     lcm_kernel_size=lcm_kernel_size, norm_cfg=norm_cfg),
-                drop_path_rate, sum(depths),
+                drop_paths[i],
                 context=dict(grid_size=grids[i]),
                 embed_dims=embed_dims[i], num_heads=arch['num_heads'][i],
                 qkv_bias=qkv_bias)

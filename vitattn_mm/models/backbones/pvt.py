@@ -18,11 +18,13 @@ from mmcv.cnn import build_norm_layer
 from mmengine.model import ModuleList
 
 from ...registry import register_model
+from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
 from ..layers.common import check_type, to_2tuple_int
 from ..layers.padding import CornerPatchEmbed
 from ..layers.pos_embed import ResizablePosEmbed
-from ..layers.stage import Stage, init_linear_and_norm
+from ..layers.stage import (Stage, drop_path_slices,
+                            init_linear_and_norm)
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
 from ..checkpoint.adapt import block_converter
@@ -173,9 +175,10 @@ class AttnPVT(StagedBackbone):
 
         pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
         grids = list(zip(*(self.grid_sides(side) for side in pretrain_hw)))
-        cfgs = self.resolve_attn_cfgs(
+        cfgs = resolve_attn_cfgs(
             attn_cfgs, arch, depths, grids,
             dict(type='SpatialReductionAttention', norm_cfg=norm_cfg))
+        drop_paths = drop_path_slices(drop_path_rate, depths)
         patch_embeds = [
             CornerPatchEmbed(
                 in_channels=in_channels if i == 0 else embed_dims[i - 1],
@@ -197,7 +200,7 @@ class AttnPVT(StagedBackbone):
                     embed_dims[i], attn, ffn_ratio=arch['mlp_ratios'][i],
                     use_conv_ffn=use_conv_ffn, drop_path=drop_path,
                     ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg),
-                drop_path_rate, sum(depths),
+                drop_paths[i],
                 context=dict(grid_size=grids[i]),
                 # A reduction an attention cannot take raises; none is
                 # only given to those that take it.

@@ -20,13 +20,15 @@ from mmengine.model.weight_init import trunc_normal_
 from ...registry import register_model
 from ..attentions.base import attention_class
 from ..attentions.windowed import WindowedAttention
+from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
 from ..layers.common import (InvalidArgument, check_type,
                              pretrain_input_size, to_2tuple_int)
 from ..layers.padding import (CornerPatchEmbed, CornerPatchMerging,
                               grid_after_stride)
 from ..layers.pos_embed import resize_pos_embed
-from ..layers.stage import Stage, init_linear_and_norm
+from ..layers.stage import (Stage, drop_path_slices,
+                            init_linear_and_norm)
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
 from ..checkpoint.adapt import block_converter
@@ -216,8 +218,9 @@ class AttnSwinTransformer(StagedBackbone):
         grids = [self.patch_resolution]
         for _ in range(num_stages - 1):
             grids.append(grid_after_stride(grids[-1], 2))
-        cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, self.depths, grids,
-                                      SWIN_ATTENTION)
+        cfgs = resolve_attn_cfgs(attn_cfgs, arch, self.depths, grids,
+                                 SWIN_ATTENTION)
+        drop_paths = drop_path_slices(drop_path_rate, self.depths)
         self.stage_strides = tuple(patch_size * 2**i
                                    for i in range(num_stages))
         self.stages = ModuleList()
@@ -230,7 +233,7 @@ class AttnSwinTransformer(StagedBackbone):
                 lambda j, attn, drop_path, dims=dims: TransformerBlock(
                     dims, attn, ffn_ratio=mlp_ratio, drop_path=drop_path,
                     ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg),
-                drop_path_rate, sum(self.depths),
+                drop_paths[i],
                 context=dict(grid_size=grids[i]),
                 settings=dict(qk_scale=qk_scale, attn_drop=attn_drop_rate,
                               proj_drop=drop_rate),

@@ -20,13 +20,15 @@ from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_model
 from ..attentions.base import Grid, attention_class
+from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
 from ..layers.common import (InvalidArgument, check_type, nlc_to_nchw,
                              pretrain_input_size, to_2tuple_int)
 from ..layers.padding import CornerPatchEmbed, grid_after_stride
 from ..layers.patch_embed import PixelNormPatchEmbed
 from ..layers.pos_embed import resize_pos_embed, sincos_pos_embed_2d
-from ..layers.stage import Stage, init_linear_and_norm
+from ..layers.stage import (Stage, drop_path_slices,
+                            init_linear_and_norm)
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
 
@@ -277,9 +279,10 @@ class AttnViT(StagedBackbone):
         self.pre_norm = build_norm_layer(norm_cfg, embed_dims)[1] \
             if pre_norm else None
 
-        cfgs = self.resolve_attn_cfgs(attn_cfgs, arch, [1] * depth,
-                                      [self.patch_resolution] * depth,
-                                      VIT_ATTENTION)
+        cfgs = resolve_attn_cfgs(attn_cfgs, arch, [1] * depth,
+                                 [self.patch_resolution] * depth,
+                                 VIT_ATTENTION)
+        drop_paths = drop_path_slices(drop_path_rate, [1] * depth)
         if with_cls_token:
             for cfg, in cfgs:
                 if not attention_class(cfg['type']).supports('grid_free',
@@ -296,7 +299,7 @@ class AttnViT(StagedBackbone):
                     embed_dims, attn, ffn_ratio=mlp_ratio,
                     drop_path=drop_path, ffn_drop=drop_rate, act_cfg=act_cfg,
                     norm_cfg=norm_cfg),
-                drop_path_rate, depth,
+                drop_paths[i],
                 context=dict(grid_size=self.patch_resolution),
                 settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate),
                 embed_dims=embed_dims, num_heads=arch['num_heads'],

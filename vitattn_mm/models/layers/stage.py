@@ -1,7 +1,7 @@
 """What a staged backbone is made of: its stages, the stochastic-depth
 schedule over their blocks, and the initialisation Swin, PVT and their
 offspring share."""
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import torch.nn as nn
 from mmengine.model import BaseModule
@@ -12,6 +12,17 @@ def linear_drop_path_rates(rate: float, num_blocks: int) -> List[float]:
     """Stochastic depth growing linearly from 0 to ``rate`` over the blocks
     (plain floats, so models also build on the meta device)."""
     return [rate * i / max(num_blocks - 1, 1) for i in range(num_blocks)]
+
+
+def drop_path_slices(rate: float, depths: Sequence[int]) -> List[List[float]]:
+    """The linear schedule over every block of the network, cut into one
+    slice per stage of ``depths`` blocks: each stage builds its blocks from
+    its own slice (as mmpretrain's ``SwinBlockSequence`` and timm's stages
+    take theirs), in any order."""
+    rates = linear_drop_path_rates(rate, sum(depths))
+    starts = [sum(depths[:i]) for i in range(len(depths))]
+    return [rates[start:start + depth]
+            for start, depth in zip(starts, depths)]
 
 
 def init_linear_and_norm(module: nn.Module) -> None:
