@@ -1128,9 +1128,11 @@ def time_fwd_bwd(fn: Callable[[], torch.Tensor], device: torch.device,
 
 
 def measure_core(spec: CoreSpec, grid: Shape, precision: str,
-                 ctx: 'Context') -> dict:
+                 ctx: 'Context', backend: Optional[str] = None) -> dict:
     s, device = ctx.settings, ctx.device
     layers = build_attention_layers(spec).to(device).train()
+    if backend is not None:
+        set_backend(layers, backend)
     x = torch.randn(s.core_batch, grid[0] * grid[1], spec.embed_dims,
                     device=device, requires_grad=True)
 
@@ -1167,6 +1169,10 @@ def run_core(ctx: 'Context') -> Table:
     s = ctx.settings
     table = Table('core', CORE_COLUMNS, ctx.out)
     sdpa: Dict[tuple, Tuple[dict, str, str]] = {}
+    # The modules with a fused op ('auto' runs it on CUDA in bf16).
+    fused = {spec.label for spec in CORE_SPECS if any(
+        isinstance(getattr(m, 'attn_backend', None), str)
+        for m in build_attention_layers(spec).modules())}
     for grid in s.core_grids:
         tokens = grid[0] * grid[1]
         for precision in ('fp32', 'bf16'):
@@ -1207,6 +1213,21 @@ def run_core(ctx: 'Context') -> Table:
                             f"{_fmt(ref.get('sdpa_ms'))} ms"
                             if result else f'{status} ({note})'))
                 release_memory(ctx.device)
+                if precision == 'bf16' and spec.label in fused:
+                    # The same module on its eager composition: which
+                    # kernel earns its place, one by one.
+                    eager, status, note = ctx.attempt(
+                        None, 2, s.core_limit_s,
+                        lambda: measure_core(spec, grid, precision, ctx,
+                                             backend='eager'))
+                    table.add(**dict(
+                        row, attention=f'{spec.label} [eager]',
+                        status=status, note=note, **(eager or {}),
+                        time_ratio=eager and ratio(
+                            eager['fwd_bwd_ms'], ref.get('sdpa_ms')),
+                        memory_ratio=eager and ratio(
+                            eager['peak_mib'], ref.get('sdpa_peak_mib'))))
+                    release_memory(ctx.device)
     return table
 
 
