@@ -110,6 +110,10 @@ def _launch(qkv, bias, mask, num_heads, scale, mean_shift, write_out=True):
     return out, lse
 
 
+#: Copies of the bias gradient the windows spread their atomics over.
+BIAS_GRAD_SLOTS = 32
+
+
 def _upcast(qkv: torch.Tensor) -> bool:
     """Products in fp32 where Triton's interpreter gets bf16 ones wrong."""
     return qkv.dtype == torch.bfloat16 and interpreting()
@@ -161,7 +165,10 @@ def mean_shift_attention_backward_op(
     flags = dict(MEAN_SHIFT=mean_shift, BLOCK_D=block_d(D),
                  UPCAST=_upcast(qkv))
     dqkv = torch.empty(qkv.shape, device=qkv.device, dtype=qkv.dtype)
-    dbias = torch.zeros(bias.shape if bias is not None else (1, ),
+    # Windows share the bias: each adds its gradient into one of ``slots``
+    # copies (fewer atomics on one address), summed below.
+    slots = min(B, BIAS_GRAD_SLOTS) if bias is not None else 1
+    dbias = torch.zeros((slots, *bias.shape) if bias is not None else (1, ),
                         device=qkv.device, dtype=torch.float32)
     shared = (qkv, qkv.stride(0), qkv.stride(1),
               qkv if bias is None else bias, qkv if mask is None else mask,
@@ -172,9 +179,10 @@ def mean_shift_attention_backward_op(
     flags.update(HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
                  BLOCK_M=tk.BLOCK, BLOCK_N=tk.BLOCK)
     tk.query_backward_kernel[grid](*shared, *sizes, **flags)  # delta first
-    tk.key_backward_kernel[grid](*shared, dbias, *sizes,
+    tk.key_backward_kernel[grid](*shared, dbias, slots, *sizes,
                                  BIAS_GRAD=bias is not None, **flags)
-    return [dqkv, qkv.new_empty(0) if bias is None else dbias.to(bias.dtype)]
+    return [dqkv, qkv.new_empty(0) if bias is None else
+            dbias.sum(0).to(bias.dtype)]
 
 
 @mean_shift_attention_backward_op.register_fake

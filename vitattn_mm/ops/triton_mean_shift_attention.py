@@ -93,14 +93,17 @@ def forward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, out_ptr, sob, son,
 
 @triton.jit
 def key_backward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, g_ptr, sgb, sgn,
-                        lse_ptr, delta_ptr, dqkv_ptr, sdb, sdn, dbias_ptr, N,
-                        C, NH, NW, scale, D, MEAN_SHIFT: tl.constexpr,
+                        lse_ptr, delta_ptr, dqkv_ptr, sdb, sdn, dbias_ptr,
+                        SLOTS, N, C, NH, NW, scale, D,
+                        MEAN_SHIFT: tl.constexpr,
                         HAS_BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr,
                         HAS_MASK: tl.constexpr, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                         UPCAST: tl.constexpr):
     """A key block: ``dk``, ``dv`` over every query block, and the bias
-    gradient's share."""
+    gradient's share, added into slot ``b % SLOTS`` of ``dbias`` (every
+    window of a head adds into the same ``N x N`` table: spread over slots,
+    the atomics contend ``SLOTS`` times less; the op sums the slots)."""
     bh, b, h, offs_n, mask_n, offs_d, mask_d = program_rows(
         N, NH, D, BLOCK_N, BLOCK_D)
     k = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, C + h * D, offs_d,
@@ -130,8 +133,8 @@ def key_backward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, g_ptr, sgb, sgn,
         dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision='ieee')
         column += tl.sum(ds, 0)
         if BIAS_GRAD:
-            tl.atomic_add(dbias_ptr + h * N * N + offs_m[:, None] * N +
-                          offs_n[None, :],
+            tl.atomic_add(dbias_ptr + ((b % SLOTS) * NH + h) * N * N +
+                          offs_m[:, None] * N + offs_n[None, :],
                           ds,
                           mask=mask_m[:, None] & mask_n[None, :])
     dk = dk * scale
