@@ -137,10 +137,18 @@ def _check_core_rows(out):
     rows = _rows(out, 'core')
     grids = [f'{h}x{w}' for h, w in suite.Settings.smoke().core_grids]
     modules = [r for r in rows if r['family'] != 'reference']
+    # bf16 rows of a module with a fused op come twice: also '[eager]'.
+    fused = {c.label for c in suite.CORE_SPECS if any(
+        isinstance(getattr(m, 'attn_backend', None), str)
+        for m in suite.build_attention_layers(c).modules())}
+    assert fused >= {'FocusedLinearAttention', 'LinearGlobalAttention'} & {
+        c.label for c in suite.CORE_SPECS}
     assert sorted((r['attention'], r['family'], r['grid'], r['precision'])
                   for r in modules) == sorted(
-        (c.label, c.family, g, p) for c in suite.CORE_SPECS for g in grids
-        for p in ('fp32', 'bf16'))
+        [(c.label, c.family, g, p) for c in suite.CORE_SPECS for g in grids
+         for p in ('fp32', 'bf16')] +
+        [(c.label + ' [eager]', c.family, g, 'bf16')
+         for c in suite.CORE_SPECS if c.label in fused for g in grids])
     references = {(r['grid'], r['embed_dims'], r['heads'], r['precision'])
                   for r in rows if r['family'] == 'reference'}
     assert references == {(g, str(c.embed_dims), str(c.num_heads), p)

@@ -11,14 +11,13 @@ from vitattn_mm.models.attentions import WindowedAttention
 from vitattn_mm.models.attentions import WindowMSA as OurWindowMSA
 from vitattn_mm.models.attentions import pass_on, softmax_attention
 from vitattn_mm.models.backbones import AttnPVT
+from vitattn_mm.models.attentions.cfgs import resolve_attn_cfgs
 from vitattn_mm.models.backbones.base_backbone import StagedBackbone
 from vitattn_mm.models.layers import (CornerPadding, RelativePositionBias,
                                       ResizablePosEmbed, crop_tokens,
                                       pad_to_multiple, relative_position_bias,
                                       resize_pos_embed, shifted_window_mask,
                                       window_partition, window_reverse)
-
-resolve_attn_cfgs = StagedBackbone.resolve_attn_cfgs
 
 
 @pytest.mark.parametrize('hw', [(7, 7), (9, 13), (1, 20)])
