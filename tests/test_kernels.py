@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from vitattn_mm.ops import (focused_linear_attention_eager,
                             focused_linear_attention_op, kernels_run_on,
                             diagonality_loss_eager, diagonality_loss_op,
+                            pooled_diagonality_loss_eager,
+                            pooled_diagonality_loss_op,
                             mean_shift_attention_eager,
                             mean_shift_attention_op,
                             relu_linear_attention_eager,
@@ -315,6 +317,34 @@ def test_diagonality_loss_low_precision(dtype):
     assert max(errors.values()) <= TOLERANCE[dtype], errors
 
 
+@pytest.mark.parametrize('query_hw, key_hw', [
+    ((4, 6), (2, 3)),    # bins of 2x2 queries, as a reduction ratio gives
+    ((5, 7), (3, 4)),    # uneven bins that overlap (ceil / floor edges)
+    ((3, 5), (3, 2)),    # one side not reduced
+    ((1, 6), (1, 1)),    # one key: every query in its bin
+])
+def test_pooled_diagonality_loss(query_hw, key_hw):
+    """The loss of maps pooled onto the key grid (LaViT's, keys spatially
+    reduced), against the softmax + adaptive pooling + terms eagerly."""
+    g = torch.Generator().manual_seed(0)
+    Nq, Nk = query_hw[0] * query_hw[1], key_hw[0] * key_hw[1]
+    logits = torch.randn(2, 2, Nq, Nk, generator=g) * 2
+    errors = compare(pooled_diagonality_loss_op,
+                     pooled_diagonality_loss_eager, [logits],
+                     [list(query_hw), list(key_hw)])
+    assert max(errors.values()) <= 1e-5, errors
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_pooled_diagonality_loss_low_precision(dtype):
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(1, 2, 35, 12, generator=g) * 2).to(dtype)
+    errors = compare(pooled_diagonality_loss_op,
+                     pooled_diagonality_loss_eager, [logits],
+                     [[5, 7], [3, 4]], autocast=dtype)
+    assert max(errors.values()) <= TOLERANCE[dtype], errors
+
+
 def test_ops_run_their_eager_composition_without_kernels(monkeypatch):
     """On the CPU without the interpreter the ops run the eager
     composition, forward and backward (a backward op cannot record
@@ -339,6 +369,8 @@ def test_ops_run_their_eager_composition_without_kernels(monkeypatch):
           torch.randn(4, 2, 49, 8, generator=g)], [mask]),
         (diagonality_loss_op, diagonality_loss_eager,
          [torch.randn(2, 2, 49, 49, generator=g)], []),
+        (pooled_diagonality_loss_op, pooled_diagonality_loss_eager,
+         [torch.randn(2, 2, 70, 12, generator=g)], [[7, 10], [3, 4]]),
     ]
     for op, eager, inputs, constants in cases:
         errors = compare(op, eager, inputs, constants)
@@ -499,7 +531,7 @@ def test_every_kernel_compiles_for_hopper():
     import sys
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
     families = ['FLattenPVT', 'FLattenSwinTransformer', 'L2ViT',
-                'MSFSwinTransformer', 'LessAttnSwinTransformer']
+                'MSFSwinTransformer', 'LessAttnSwinTransformer', 'LaViT']
     command = [sys.executable, 'tools/compile_kernels.py',
                '--precision', 'fp32', '--precision', 'bf16']
     for family in families:
@@ -510,4 +542,4 @@ def test_every_kernel_compiles_for_hopper():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     kernels = {line.split('|')[1].strip() for line in
                done.stdout.splitlines() if line.startswith('| triton_')}
-    assert len(kernels) == 14, sorted(kernels)  # every kernel of the ops
+    assert len(kernels) == 17, sorted(kernels)  # every kernel of the ops

@@ -9,6 +9,7 @@ the error of any that fails. Exit status 1 if one fails. Examples::
     python tools/compile_kernels.py                  # all families, sm_90
     python tools/compile_kernels.py --family LaViT --precision bf16
     python tools/compile_kernels.py --capability 80  # an A100
+    python tools/compile_kernels.py --family LaViT --size 800 1280
 """
 import argparse
 import os
@@ -25,6 +26,10 @@ def main():
                         help='default: all three')
     parser.add_argument('--capability', type=int, default=90,
                         help='compute capability (default: 90, Hopper)')
+    parser.add_argument('--size', nargs=2, type=int, metavar=('H', 'W'),
+                        help='input size instead of each family\'s small '
+                        'one (the tiles grow with the maps: 800 1280 '
+                        'compiles what a detector trains with)')
     parser.add_argument('--out', help='also write the table to this file')
     args = parser.parse_args()
     if os.environ.get('TRITON_INTERPRET', '0') not in ('', '0'):
@@ -37,7 +42,9 @@ def main():
     unknown = [f for f in args.family if f not in known]
     if unknown:
         sys.exit(f'unknown family {unknown}; valid: {known}')
-    families = [f for f in FAMILIES if not args.family or f[0] in args.family]
+    families = [(name, arch, tuple(args.size) if args.size else hw)
+                for name, arch, hw in FAMILIES
+                if not args.family or name in args.family]
     precisions = {k: v for k, v in PRECISIONS.items()
                   if not args.precision or k in args.precision}
     start = time.perf_counter()

@@ -4,7 +4,9 @@ its eager composition, a shape function and Triton kernels; and the
 from .backend import (BACKENDS, check_backend, eager_attention,
                       kernels_run_on, uses_fused_op)
 from .diagonality_loss import (MAX_SIDE, diagonality_loss_eager,
-                               diagonality_loss_op, diagonality_terms)
+                               diagonality_loss_op, diagonality_terms,
+                               pooled_diagonality_loss_eager,
+                               pooled_diagonality_loss_op, pooled_op_takes)
 from .linear_attention import (focused_features,
                                focused_linear_attention_eager,
                                focused_linear_attention_op,
@@ -25,5 +27,7 @@ __all__ = [
     'mean_shift_attention_op', 'key_norm_logits', 'split_parts',
     'score_conv_eager', 'score_conv_op', 'softmax_apply_eager',
     'softmax_apply_op', 'MAX_SIDE', 'diagonality_loss_eager',
-    'diagonality_loss_op', 'diagonality_terms'
+    'diagonality_loss_op', 'diagonality_terms',
+    'pooled_diagonality_loss_eager', 'pooled_diagonality_loss_op',
+    'pooled_op_takes'
 ]

@@ -1,22 +1,30 @@
-"""The bounded Diagonality-Preserving loss of square score maps as a custom
-op (``torch.ops.vitattn.diagonality_loss``): Less-Attention's loss on the
-maps of Swin's windows, one pass over them each way where the eager
-composition takes a dozen (an fp32 softmax, the map against its
-transpose, a masked fill, two row maxima ... and their gradients). As
+"""The bounded Diagonality-Preserving loss as custom ops: of square score
+maps (``torch.ops.vitattn.diagonality_loss``, Less-Attention's loss on the
+maps of Swin's windows), and of maps whose queries are pooled onto the key
+grid first (``torch.ops.vitattn.pooled_diagonality_loss``, LaViT's maps
+with spatially reduced keys); one pass over the maps each way where the
+eager composition takes a dozen ops (an fp32 softmax, the pooling, the map
+against its transpose, a masked fill, two row maxima ... and their
+gradients). As
 :mod:`.linear_attention`: the eager composition is the reference and the
 CPU path, the shape function serves ``torch.compile`` and the cost model,
 the kernels (:mod:`.triton_diagonality_loss`) run on CUDA and under
 ``TRITON_INTERPRET=1``.
 """
+from typing import List, Sequence
+
 import torch
+import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
 from ..models.layers.common import full_precision
 from .backend import kernels_run_on
-from .common import eager_grads, save_inputs, saved_inputs
+from .common import block_d, eager_grads, save_inputs, saved_inputs
 
 #: The largest map side the op takes (its kernels' tile).
 MAX_SIDE = 64
+#: The most keys the pooled op takes (a softmax row is one tile).
+MAX_POOLED_KEYS = 4096
 
 
 def diagonality_terms(probs: torch.Tensor) -> torch.Tensor:
@@ -102,4 +110,116 @@ def _flops(logits, *args, out_shape=None, **kwargs) -> int:
 
 @register_flop_formula(torch.ops.vitattn.diagonality_loss_backward)
 def _backward_flops(grad, logits, *args, out_shape=None, **kwargs) -> int:
+    return 0
+
+
+# ------------------------------------------------- maps pooled to the keys
+
+
+def pooled_diagonality_loss_eager(logits: torch.Tensor,
+                                  query_hw: Sequence[int],
+                                  key_hw: Sequence[int]) -> torch.Tensor:
+    """The bounded loss of ``(B, heads, N_q, N_k)`` logits whose softmax
+    rows are average-pooled from the query grid onto the key grid (an
+    ``N_k x N_k`` map per head), eagerly (fp32)."""
+    B, h, _, Nk = logits.shape
+    with full_precision(logits):
+        probs = logits.float().softmax(dim=-1)
+        columns = probs.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
+        probs = F.adaptive_avg_pool2d(columns, tuple(key_hw)).reshape(
+            B, h, Nk, Nk).transpose(-2, -1)
+        return diagonality_terms(probs)
+
+
+def pooled_op_takes(query_hw: Sequence[int], key_hw: Sequence[int]) -> bool:
+    """Whether :func:`pooled_diagonality_loss_op` takes these grids: no
+    more key cells than queries on either side (each query then lies in at
+    most two bins per side), at most ``MAX_POOLED_KEYS`` keys."""
+    return (key_hw[0] <= query_hw[0] and key_hw[1] <= query_hw[1]
+            and key_hw[0] * key_hw[1] <= MAX_POOLED_KEYS)
+
+
+def _pooled_map(tk, logits, query_hw, key_hw):
+    Nk = key_hw[0] * key_hw[1]
+    maps = logits.numel() // (query_hw[0] * query_hw[1] * Nk)
+    pooled = torch.empty(maps, Nk, Nk, device=logits.device,
+                         dtype=torch.float32)
+    block = block_d(Nk)  # a softmax row is one tile
+    tk.pooled_map_kernel[(maps, Nk)](logits, pooled, *query_hw, *key_hw,
+                                     BLOCK_K=block)
+    return pooled, maps, Nk, block
+
+
+@torch.library.custom_op('vitattn::pooled_diagonality_loss',
+                         mutates_args=())
+def pooled_diagonality_loss_op(logits: torch.Tensor, query_hw: List[int],
+                               key_hw: List[int]) -> torch.Tensor:
+    """:func:`pooled_diagonality_loss_eager` as one op (grids that
+    :func:`pooled_op_takes`)."""
+    if not kernels_run_on(logits.device):
+        return pooled_diagonality_loss_eager(logits, query_hw, key_hw)
+    tk = _kernels()
+    logits = logits.contiguous()
+    pooled, maps, Nk, block = _pooled_map(tk, logits, query_hw, key_hw)
+    partial = torch.empty(maps, Nk, 2, device=logits.device,
+                          dtype=torch.float32)
+    tk.pooled_terms_kernel[(maps, Nk)](pooled, partial, pooled, partial,
+                                       Nk, 0., WRITE_GRAD=False,
+                                       BLOCK_K=block)
+    return partial.sum() / (maps * Nk)
+
+
+@pooled_diagonality_loss_op.register_fake
+def _(logits, query_hw, key_hw):
+    return logits.new_empty((), dtype=torch.float32)
+
+
+@torch.library.custom_op('vitattn::pooled_diagonality_loss_backward',
+                         mutates_args=())
+def pooled_diagonality_loss_backward_op(grad: torch.Tensor,
+                                        logits: torch.Tensor,
+                                        query_hw: List[int],
+                                        key_hw: List[int]) -> torch.Tensor:
+    """The gradient of the logits (the pooled map recomputed)."""
+    if not kernels_run_on(logits.device):
+        return eager_grads(pooled_diagonality_loss_eager, grad, (logits, ),
+                           (query_hw, key_hw))[0]
+    tk = _kernels()
+    logits = logits.contiguous()
+    pooled, maps, Nk, block = _pooled_map(tk, logits, query_hw, key_hw)
+    dpooled = torch.empty_like(pooled)
+    tk.pooled_terms_kernel[(maps, Nk)](pooled, pooled, dpooled,
+                                       grad.reshape(1), Nk,
+                                       1. / (maps * Nk), WRITE_GRAD=True,
+                                       BLOCK_K=block)
+    dlogits = torch.empty_like(logits)
+    tk.pooled_backward_kernel[(maps, query_hw[0] * query_hw[1])](
+        logits, dpooled, dlogits, *query_hw, *key_hw, BLOCK_K=block)
+    return dlogits
+
+
+@pooled_diagonality_loss_backward_op.register_fake
+def _(grad, logits, query_hw, key_hw):
+    return torch.empty_like(logits)
+
+
+def _pooled_backward(ctx, grad):
+    logits, query_hw, key_hw = saved_inputs(ctx)
+    return (pooled_diagonality_loss_backward_op(grad, logits, query_hw,
+                                                key_hw), None, None)
+
+
+pooled_diagonality_loss_op.register_autograd(_pooled_backward,
+                                             setup_context=save_inputs)
+
+
+@register_flop_formula(torch.ops.vitattn.pooled_diagonality_loss)
+def _pooled_flops(logits, *args, out_shape=None, **kwargs) -> int:
+    """No products: memory-bound passes."""
+    return 0
+
+
+@register_flop_formula(torch.ops.vitattn.pooled_diagonality_loss_backward)
+def _pooled_backward_flops(grad, logits, *args, out_shape=None,
+                           **kwargs) -> int:
     return 0

@@ -96,3 +96,118 @@ def backward_kernel(l_ptr, grad_ptr, dl_ptr, N, scale,
     cols = tl.arange(0, BLOCK)
     tl.store(dl_ptr + m.to(tl.int64) * N * N + rows[:, None] * N +
              cols[None, :], dlogits.to(dl_ptr.dtype.element_ty), mask=valid)
+
+
+# ------------------------------------------------- maps pooled to the keys
+# LaViT's maps are not square (stage 1: 64,000 queries x 1,000 keys): the
+# queries of each key cell's adaptive-pooling bin are averaged first, giving
+# an ``N_k x N_k`` map ``M`` whose terms are those above. Three kernels:
+# the pooled map (a pass over the logits), its terms and their gradient by
+# rows (on the small map), and the logits' gradient (a pass over them).
+
+
+@triton.jit
+def _bin(o, size_in, size_out):
+    """Adaptive pooling's input range ``[start, end)`` of output ``o >= 0``
+    (floor and ceiling written for non-negative operands: Triton's integer
+    division truncates)."""
+    return ((o * size_in) // size_out,
+            ((o + 1) * size_in + size_out - 1) // size_out)
+
+
+@triton.jit
+def _row_softmax(l_ptr, row, Nk, cols, valid):
+    logits = tl.load(l_ptr + row * Nk + cols, mask=valid,
+                     other=float('-inf')).to(tl.float32)
+    e = tl.where(valid, tl.exp(logits - tl.max(logits, 0)), 0.)
+    return e / tl.sum(e, 0)
+
+
+@triton.jit
+def pooled_map_kernel(l_ptr, map_ptr, Hq, Wq, Hk, Wk,
+                      BLOCK_K: tl.constexpr):
+    """Row ``i`` of map ``m``'s pooled probabilities: the mean of the
+    softmax rows of the queries in key cell ``i``'s bin."""
+    m, i = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    Nk = Hk * Wk
+    cols = tl.arange(0, BLOCK_K)
+    valid = cols < Nk
+    y0, y1 = _bin(i // Wk, Hq, Hk)
+    x0, x1 = _bin(i % Wk, Wq, Wk)
+    acc = tl.zeros([BLOCK_K], tl.float32)
+    base = l_ptr + m * Hq * Wq * Nk
+    for y in range(y0, y1):
+        for x in range(x0, x1):
+            acc += _row_softmax(base, y * Wq + x, Nk, cols, valid)
+    acc = acc / ((y1 - y0) * (x1 - x0))
+    tl.store(map_ptr + (m * Nk + i) * Nk + cols, acc, mask=valid)
+
+
+@triton.jit
+def pooled_terms_kernel(map_ptr, out_ptr, dmap_ptr, grad_ptr, Nk, scale,
+                        WRITE_GRAD: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Row ``i`` of pooled map ``m``: its asymmetry and dominance at
+    ``out[m, i, 0:2]``; with ``WRITE_GRAD`` instead the row of ``dM`` (the
+    loss's gradient ``grad * scale`` through both terms, ties split as
+    ``amax``'s)."""
+    m, i = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    cols = tl.arange(0, BLOCK_K)
+    valid = cols < Nk
+    row = tl.load(map_ptr + (m * Nk + i) * Nk + cols, mask=valid, other=0.)
+    col = tl.load(map_ptr + (m * Nk + cols) * Nk + i, mask=valid, other=0.)
+    diagonal = cols == i
+    diag = tl.sum(tl.where(diagonal, row, 0.), 0)
+    off = tl.where(diagonal, 0., row)
+    off_max = tl.max(tl.where(valid, off, float('-inf')), 0)
+    row_max = tl.max(tl.where(valid, row, float('-inf')), 0)
+    excess = tl.maximum(off_max - diag, 0.)
+    if WRITE_GRAD:
+        coef = tl.load(grad_ptr).to(tl.float32) * scale
+        diff = row - col
+        d = tl.where(diff > 0, 1., tl.where(diff < 0, -1., 0.))
+        d_off = tl.where(off_max - diag > 0, 1. / row_max, 0.)
+        d_row = -excess / (row_max * row_max)
+        at_off = valid & (off == off_max)
+        at_row = valid & (row == row_max)
+        d += tl.where(at_off & ~diagonal,
+                      d_off / tl.sum(tl.where(at_off, 1., 0.), 0), 0.)
+        d += tl.where(at_row, d_row / tl.sum(tl.where(at_row, 1., 0.), 0),
+                      0.)
+        d += tl.where(diagonal, -d_off, 0.)
+        tl.store(dmap_ptr + (m * Nk + i) * Nk + cols, d * coef, mask=valid)
+    else:
+        asymmetry = tl.sum(tl.where(valid, tl.abs(row - col), 0.), 0) / 2
+        tl.store(out_ptr + (m * Nk + i) * 2, asymmetry)
+        tl.store(out_ptr + (m * Nk + i) * 2 + 1, excess / row_max)
+
+
+@triton.jit
+def pooled_backward_kernel(l_ptr, dmap_ptr, dl_ptr, Hq, Wq, Hk, Wk,
+                           BLOCK_K: tl.constexpr):
+    """Query ``q``'s logits gradient: the ``dM`` rows of the bins holding
+    it, each over its bin's size, through its softmax."""
+    m, q = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    Nk = Hk * Wk
+    cols = tl.arange(0, BLOCK_K)
+    valid = cols < Nk
+    y, x = q // Wq, q % Wq
+    g = tl.zeros([BLOCK_K], tl.float32)
+    # With no more key cells than queries per side, a query lies in the
+    # bin of (y * Hk) // Hq and perhaps in one of its neighbours.
+    for dy in tl.static_range(3):
+        oy = (y * Hk) // Hq + dy - 1
+        y0, y1 = _bin(oy, Hq, Hk)
+        in_y = (oy >= 0) & (oy < Hk) & (y0 <= y) & (y < y1)
+        for dx in tl.static_range(3):
+            ox = (x * Wk) // Wq + dx - 1
+            x0, x1 = _bin(ox, Wq, Wk)
+            inside = in_y & (ox >= 0) & (ox < Wk) & (x0 <= x) & (x < x1)
+            cell = tl.where(inside, oy * Wk + ox, 0)
+            d = tl.load(dmap_ptr + (m * Nk + cell) * Nk + cols,
+                        mask=valid & inside, other=0.)
+            g += d / tl.where(inside, (y1 - y0) * (x1 - x0), 1)
+    base = m * Hq * Wq * Nk
+    P = _row_softmax(l_ptr + base, q, Nk, cols, valid)
+    dlogits = P * (g - tl.sum(g * P, 0))
+    tl.store(dl_ptr + base + q * Nk + cols,
+             dlogits.to(dl_ptr.dtype.element_ty), mask=valid)

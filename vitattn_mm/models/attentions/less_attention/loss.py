@@ -4,6 +4,8 @@ import torch
 import torch.nn.functional as F
 
 from ....ops import (MAX_SIDE, diagonality_loss_op, diagonality_terms,
+                     pooled_diagonality_loss_eager,
+                     pooled_diagonality_loss_op, pooled_op_takes,
                      uses_fused_op)
 from ...layers.common import full_precision
 from ..base import Grid
@@ -34,25 +36,27 @@ def diagonality_preserving_loss(logits: torch.Tensor,
         logits (Tensor): Pre-softmax attention ``(B, heads, N_q, N_k)``.
         query_hw (tuple[int, int]): Query grid (``N_q`` tokens).
         key_hw (tuple[int, int]): Key grid (``N_k`` tokens).
-        attn_backend (str): Where it chooses the fused op: square maps of
-            side up to 64 (Swin's windows) in one pass each way
-            (:func:`~vitattn_mm.ops.diagonality_loss_op`). Default: 'eager'.
+        attn_backend (str): Where it chooses the fused ops, one pass each
+            way: square maps of side up to 64 (Swin's windows,
+            :func:`~vitattn_mm.ops.diagonality_loss_op`) and pooled maps of
+            up to 4096 keys (LaViT,
+            :func:`~vitattn_mm.ops.pooled_diagonality_loss_op`).
+            Default: 'eager'.
 
     Returns:
         Tensor: fp32 scalar, symmetry + diagonality terms.
     """
-    B, h, Nq, Nk = logits.shape
-    square = tuple(query_hw) == tuple(key_hw)
-    if square and Nk <= MAX_SIDE and uses_fused_op(attn_backend,
-                                                   logits.device):
+    Nk = logits.shape[-1]
+    if tuple(query_hw) != tuple(key_hw):
+        if pooled_op_takes(query_hw, key_hw) and uses_fused_op(
+                attn_backend, logits.device):
+            return pooled_diagonality_loss_op(logits, list(query_hw),
+                                              list(key_hw))
+        return pooled_diagonality_loss_eager(logits, query_hw, key_hw)
+    if Nk <= MAX_SIDE and uses_fused_op(attn_backend, logits.device):
         return diagonality_loss_op(logits)
     with full_precision(logits):
-        probs = logits.float().softmax(dim=-1)
-        if not square:
-            columns = probs.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
-            probs = F.adaptive_avg_pool2d(columns, key_hw).reshape(
-                B, h, Nk, Nk).transpose(-2, -1)
-        return diagonality_terms(probs)
+        return diagonality_terms(logits.float().softmax(dim=-1))
 
 
 def paper_diagonality_loss(logits: torch.Tensor,
