@@ -38,23 +38,24 @@ def diagonality_preserving_loss(logits: torch.Tensor,
         key_hw (tuple[int, int]): Key grid (``N_k`` tokens).
         attn_backend (str): Where it chooses the fused ops, one pass each
             way: square maps of side up to 64 (Swin's windows,
-            :func:`~vitattn_mm.ops.diagonality_loss_op`) and pooled maps of
-            up to 4096 keys (LaViT,
-            :func:`~vitattn_mm.ops.pooled_diagonality_loss_op`).
+            :func:`~vitattn_mm.ops.diagonality_loss_op`), and pooled maps
+            (LaViT) and larger square ones of up to 4096 keys
+            (:func:`~vitattn_mm.ops.pooled_diagonality_loss_op`).
             Default: 'eager'.
 
     Returns:
         Tensor: fp32 scalar, symmetry + diagonality terms.
     """
-    Nk = logits.shape[-1]
-    if tuple(query_hw) != tuple(key_hw):
-        if pooled_op_takes(query_hw, key_hw) and uses_fused_op(
-                attn_backend, logits.device):
+    square = tuple(query_hw) == tuple(key_hw)
+    if uses_fused_op(attn_backend, logits.device):
+        if square and logits.shape[-1] <= MAX_SIDE:
+            return diagonality_loss_op(logits)
+        # Larger square maps too: pooled onto their own grid, bins of one.
+        if pooled_op_takes(query_hw, key_hw):
             return pooled_diagonality_loss_op(logits, list(query_hw),
                                               list(key_hw))
+    if not square:
         return pooled_diagonality_loss_eager(logits, query_hw, key_hw)
-    if Nk <= MAX_SIDE and uses_fused_op(attn_backend, logits.device):
-        return diagonality_loss_op(logits)
     with full_precision(logits):
         return diagonality_terms(logits.float().softmax(dim=-1))
 
