@@ -149,3 +149,42 @@ def test_a_backbone_step_projects():
                       cm.Hardware(), top=3)
     assert proj.ops > 100 and proj.gflop > 0 and proj.ms > 0
     assert len(proj.top) == 3
+
+
+def test_calibrate_refits_a_gpu_suite_run(tmp_path, capsys):
+    """``benchmarks/calibrate.py`` reads a suite's train.csv, records each
+    row's step as the suite projects it and fits the model: steps made
+    with known parameters are fitted with no error, and each family's
+    measured ratio is printed beside the projections."""
+    import csv
+    import sys
+    sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
+    import calibrate
+    from gpu_suite import MODEL_SPECS, build_model
+    truth = cm.HARDWARE['h200-eager-2026-11']
+    specs = {s.label: s for s in MODEL_SPECS}
+    rows = []
+    for label, shape in (('Swin-T', (64, 96)), ('FLatten-Swin-T', (64, 96)),
+                         ('Swin-T', (96, 64)),
+                         ('FLatten-Swin-T', (96, 64))):
+        with torch.device('meta'):
+            model = build_model(specs[label], False)
+        ms = cm.project(cm.record_step(model, shape, 2, torch.bfloat16),
+                        truth).ms
+        rows.append(dict(model=label, role=specs[label].role,
+                         baseline=specs[label].baseline or '',
+                         height=shape[0], width=shape[1], batch=2,
+                         precision='bf16', status='ok', attn_backend='',
+                         step_ms=ms))
+    path = tmp_path / 'train.csv'
+    with open(path, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert calibrate.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert 'RMS log error 0.00.' in out  # the fit's, last on its line
+    family = [line for line in out.splitlines()
+              if line.startswith('| FLatten-Swin-T |')]
+    assert len(family) == 2 and all(line.endswith('+0% |')
+                                    for line in family)

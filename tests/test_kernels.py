@@ -549,3 +549,23 @@ def test_every_kernel_compiles_for_hopper():
     kernels = {line.split('|')[1].strip() for line in
                done.stdout.splitlines() if line.startswith('| triton_')}
     assert len(kernels) == 17, sorted(kernels)  # every kernel of the ops
+
+
+def test_compile_kernels_refuses_bad_input_by_name():
+    """An unknown family lists the valid ones; under the interpreter (which
+    replaces the compiler) the tool says to unset it."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
+    done = subprocess.run(
+        [sys.executable, 'tools/compile_kernels.py', '--family', 'Swin'],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "unknown family ['Swin']" in done.stderr
+    assert 'FLattenSwinTransformer' in done.stderr
+    done = subprocess.run(
+        [sys.executable, 'tools/compile_kernels.py'], cwd=root,
+        env=dict(env, TRITON_INTERPRET='1'), capture_output=True, text=True,
+        timeout=300)
+    assert done.returncode == 1 and 'unset TRITON_INTERPRET' in done.stderr
