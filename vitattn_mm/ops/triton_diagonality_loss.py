@@ -55,28 +55,20 @@ def _row_terms(P, valid, rows, diagonal, N):
 
 
 @triton.jit
-def forward_kernel(l_ptr, out_ptr, N, BLOCK: tl.constexpr):
-    """Map ``m``'s asymmetry and dominance sums, at ``out[m, 0:2]``."""
-    m = tl.program_id(0)
-    P, valid, rows, diagonal = _probabilities(l_ptr, m, N, BLOCK)
-    asymmetry = tl.sum(tl.sum(tl.where(valid, tl.abs(P - tl.trans(P)), 0.),
-                              1), 0) / 2
-    diag, off, off_max, row_max, excess = _row_terms(P, valid, rows,
-                                                     diagonal, N)
-    dominance = tl.sum(tl.where(rows < N, excess / row_max, 0.), 0)
-    tl.store(out_ptr + m * 2, asymmetry)
-    tl.store(out_ptr + m * 2 + 1, dominance)
+def _terms(P, PT, valid, rows, diagonal, N):
+    """The asymmetry and dominance sums of the rows of tile ``P``, whose
+    transpose's rows (the map's columns) are ``PT``."""
+    asymmetry = tl.sum(tl.sum(tl.where(valid, tl.abs(P - PT), 0.), 1), 0) / 2
+    _, _, _, row_max, excess = _row_terms(P, valid, rows, diagonal, N)
+    return asymmetry, tl.sum(tl.where(rows < N, excess / row_max, 0.), 0)
 
 
 @triton.jit
-def backward_kernel(l_ptr, grad_ptr, dl_ptr, N, scale,
-                    BLOCK: tl.constexpr):
-    """Map ``m``'s gradient: ``scale`` is the loss's gradient over rows x
-    maps."""
-    m = tl.program_id(0)
-    P, valid, rows, diagonal = _probabilities(l_ptr, m, N, BLOCK)
-    coef = tl.load(grad_ptr).to(tl.float32) * scale
-    diff = P - tl.trans(P)
+def _terms_gradient(P, PT, valid, rows, diagonal, N):
+    """The gradient of :func:`_terms`' sum by ``P`` (the asymmetry's,
+    ``sign(P - PT)``, counting ``P_ij`` in row j too; the row maxima's split
+    evenly between ties as ``amax``'s; none through a clamped excess)."""
+    diff = P - PT
     dP = tl.where(diff > 0, 1., tl.where(diff < 0, -1., 0.))
     diag, off, off_max, row_max, excess = _row_terms(P, valid, rows,
                                                      diagonal, N)
@@ -91,7 +83,28 @@ def backward_kernel(l_ptr, grad_ptr, dl_ptr, N, scale,
                    (d_off / tl.maximum(count_off, 1.))[:, None], 0.)
     dP += tl.where(at_row, (d_row / tl.maximum(count_row, 1.))[:, None], 0.)
     dP += tl.where(diagonal, -d_off[:, None], 0.)
-    dP = tl.where(valid, dP * coef, 0.)
+    return tl.where(valid, dP, 0.)
+
+
+@triton.jit
+def forward_kernel(l_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    """Map ``m``'s asymmetry and dominance sums, at ``out[m, 0:2]``."""
+    m = tl.program_id(0)
+    P, valid, rows, diagonal = _probabilities(l_ptr, m, N, BLOCK)
+    asymmetry, dominance = _terms(P, tl.trans(P), valid, rows, diagonal, N)
+    tl.store(out_ptr + m * 2, asymmetry)
+    tl.store(out_ptr + m * 2 + 1, dominance)
+
+
+@triton.jit
+def backward_kernel(l_ptr, grad_ptr, dl_ptr, N, scale,
+                    BLOCK: tl.constexpr):
+    """Map ``m``'s gradient: ``scale`` is the loss's gradient over rows x
+    maps."""
+    m = tl.program_id(0)
+    P, valid, rows, diagonal = _probabilities(l_ptr, m, N, BLOCK)
+    coef = tl.load(grad_ptr).to(tl.float32) * scale
+    dP = _terms_gradient(P, tl.trans(P), valid, rows, diagonal, N) * coef
     dlogits = P * (dP - tl.sum(dP * P, 1)[:, None])
     cols = tl.arange(0, BLOCK)
     tl.store(dl_ptr + m.to(tl.int64) * N * N + rows[:, None] * N +
@@ -146,39 +159,28 @@ def pooled_map_kernel(l_ptr, map_ptr, Hq, Wq, Hk, Wk,
 @triton.jit
 def pooled_terms_kernel(map_ptr, out_ptr, dmap_ptr, grad_ptr, Nk, scale,
                         WRITE_GRAD: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Row ``i`` of pooled map ``m``: its asymmetry and dominance at
+    """Row ``i`` of pooled map ``m`` (a ``[1, BLOCK_K]`` tile, so the
+    square maps' :func:`_terms` serve it): its asymmetry and dominance at
     ``out[m, i, 0:2]``; with ``WRITE_GRAD`` instead the row of ``dM`` (the
-    loss's gradient ``grad * scale`` through both terms, ties split as
-    ``amax``'s)."""
-    m, i = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    loss's gradient ``grad * scale``)."""
+    m = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) + tl.zeros([1], tl.int32)
     cols = tl.arange(0, BLOCK_K)
-    valid = cols < Nk
-    row = tl.load(map_ptr + (m * Nk + i) * Nk + cols, mask=valid, other=0.)
-    col = tl.load(map_ptr + (m * Nk + cols) * Nk + i, mask=valid, other=0.)
-    diagonal = cols == i
-    diag = tl.sum(tl.where(diagonal, row, 0.), 0)
-    off = tl.where(diagonal, 0., row)
-    off_max = tl.max(tl.where(valid, off, float('-inf')), 0)
-    row_max = tl.max(tl.where(valid, row, float('-inf')), 0)
-    excess = tl.maximum(off_max - diag, 0.)
+    valid = (rows[:, None] < Nk) & (cols[None, :] < Nk)
+    diagonal = rows[:, None] == cols[None, :]
+    at_row = (m * Nk + rows[:, None]) * Nk + cols[None, :]
+    P = tl.load(map_ptr + at_row, mask=valid, other=0.)
+    PT = tl.load(map_ptr + (m * Nk + cols[None, :]) * Nk + rows[:, None],
+                 mask=valid, other=0.)
+    out = (m * Nk + tl.program_id(1)) * 2
     if WRITE_GRAD:
         coef = tl.load(grad_ptr).to(tl.float32) * scale
-        diff = row - col
-        d = tl.where(diff > 0, 1., tl.where(diff < 0, -1., 0.))
-        d_off = tl.where(off_max - diag > 0, 1. / row_max, 0.)
-        d_row = -excess / (row_max * row_max)
-        at_off = valid & (off == off_max)
-        at_row = valid & (row == row_max)
-        d += tl.where(at_off & ~diagonal,
-                      d_off / tl.sum(tl.where(at_off, 1., 0.), 0), 0.)
-        d += tl.where(at_row, d_row / tl.sum(tl.where(at_row, 1., 0.), 0),
-                      0.)
-        d += tl.where(diagonal, -d_off, 0.)
-        tl.store(dmap_ptr + (m * Nk + i) * Nk + cols, d * coef, mask=valid)
+        dP = _terms_gradient(P, PT, valid, rows, diagonal, Nk) * coef
+        tl.store(dmap_ptr + at_row, dP, mask=valid)
     else:
-        asymmetry = tl.sum(tl.where(valid, tl.abs(row - col), 0.), 0) / 2
-        tl.store(out_ptr + (m * Nk + i) * 2, asymmetry)
-        tl.store(out_ptr + (m * Nk + i) * 2 + 1, excess / row_max)
+        asymmetry, dominance = _terms(P, PT, valid, rows, diagonal, Nk)
+        tl.store(out_ptr + out, asymmetry)
+        tl.store(out_ptr + out + 1, dominance)
 
 
 @triton.jit
