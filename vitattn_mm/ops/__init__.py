@@ -5,7 +5,7 @@ from .backend import (BACKENDS, check_backend, eager_attention,
                       kernels_run_on, uses_fused_op)
 from .diagonality_loss import (MAX_SIDE, diagonality_loss_eager,
                                diagonality_loss_op, diagonality_terms,
-                               pooled_diagonality_loss_eager,
+                               pool_queries, pooled_diagonality_loss_eager,
                                pooled_diagonality_loss_op, pooled_op_takes)
 from .linear_attention import (focused_features,
                                focused_linear_attention_eager,
@@ -28,6 +28,6 @@ __all__ = [
     'score_conv_eager', 'score_conv_op', 'softmax_apply_eager',
     'softmax_apply_op', 'MAX_SIDE', 'diagonality_loss_eager',
     'diagonality_loss_op', 'diagonality_terms',
-    'pooled_diagonality_loss_eager', 'pooled_diagonality_loss_op',
-    'pooled_op_takes'
+    'pool_queries', 'pooled_diagonality_loss_eager',
+    'pooled_diagonality_loss_op', 'pooled_op_takes'
 ]

@@ -116,19 +116,26 @@ def _backward_flops(grad, logits, *args, out_shape=None, **kwargs) -> int:
 # ------------------------------------------------- maps pooled to the keys
 
 
+def pool_queries(maps: torch.Tensor, query_hw: Sequence[int],
+                 key_hw: Sequence[int]) -> torch.Tensor:
+    """``(B, heads, N_q, N_k)`` maps with their queries average-pooled
+    (adaptively) from the query grid onto the key grid: ``(B, heads, N_k,
+    N_k)``, row i the mean of the rows of key cell i's queries."""
+    B, h, _, Nk = maps.shape
+    columns = maps.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
+    return F.adaptive_avg_pool2d(columns, tuple(key_hw)).reshape(
+        B, h, Nk, Nk).transpose(-2, -1)
+
+
 def pooled_diagonality_loss_eager(logits: torch.Tensor,
                                   query_hw: Sequence[int],
                                   key_hw: Sequence[int]) -> torch.Tensor:
     """The bounded loss of ``(B, heads, N_q, N_k)`` logits whose softmax
     rows are average-pooled from the query grid onto the key grid (an
     ``N_k x N_k`` map per head), eagerly (fp32)."""
-    B, h, _, Nk = logits.shape
     with full_precision(logits):
-        probs = logits.float().softmax(dim=-1)
-        columns = probs.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
-        probs = F.adaptive_avg_pool2d(columns, tuple(key_hw)).reshape(
-            B, h, Nk, Nk).transpose(-2, -1)
-        return diagonality_terms(probs)
+        return diagonality_terms(pool_queries(logits.float().softmax(dim=-1),
+                                              query_hw, key_hw))
 
 
 def pooled_op_takes(query_hw: Sequence[int], key_hw: Sequence[int]) -> bool:

@@ -1,10 +1,9 @@
 """The Diagonality-Preserving loss of Less-Attention maps (paper Eq. 8-10),
 in our bounded form and as the paper prints it."""
 import torch
-import torch.nn.functional as F
 
 from ....ops import (MAX_SIDE, diagonality_loss_op, diagonality_terms,
-                     pooled_diagonality_loss_eager,
+                     pool_queries, pooled_diagonality_loss_eager,
                      pooled_diagonality_loss_op, pooled_op_takes,
                      uses_fused_op)
 from ...layers.common import full_precision
@@ -85,13 +84,11 @@ def paper_diagonality_loss(logits: torch.Tensor,
     Returns:
         Tensor: fp32 scalar.
     """
-    B, h, Nq, Nk = logits.shape
+    Nk = logits.shape[-1]
     with full_precision(logits):
         A = logits.float()
         if tuple(query_hw) != tuple(key_hw):
-            columns = A.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
-            A = F.adaptive_avg_pool2d(columns, key_hw).reshape(
-                B, h, Nk, Nk).transpose(-2, -1)
+            A = pool_queries(A, query_hw, key_hw)
         symmetry = (A - A.transpose(-2, -1)).abs().sum((-2, -1))
         diag = A.diagonal(dim1=-2, dim2=-1)
         off_diag = A.sum(-1) - diag
