@@ -38,10 +38,10 @@ def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
     specs = {s.label: s for s in MODEL_SPECS}
     steps = {}
     for r in rows:
-        backend = 'triton' if r.get('attn_backend') == 'triton' else None
-        key = (r['model'], int(r['height']), int(r['width']), backend)
+        key = _key(r)
         if key in steps:
             continue
+        backend = key[3]
         with torch.device('meta'):
             model = build_model(specs[r['model']], False, **(
                 dict(attn_backend=backend) if backend else {}))
@@ -52,6 +52,7 @@ def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
 
 
 def _key(r: dict) -> Tuple:
+    """A row's step: model, size and the backend its attentions ran."""
     return (r['model'], int(r['height']), int(r['width']),
             'triton' if r.get('attn_backend') == 'triton' else None)
 

@@ -439,8 +439,8 @@ def project(records: Sequence[OpRecord], hardware: Hardware = Hardware(),
 #: (The first GPU run's fit sat on the lower edges of a grid that started
 #: at 0.15 / 0.2 / 2 us, so it reaches further down, and up for dispatch.)
 CALIBRATION_GRID = dict(
-    mfu=(0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
-         0.9),
+    mfu=(0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6,
+         0.7, 0.8, 0.9),
     bandwidth_efficiency=(0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
                           0.6, 0.7, 0.8, 0.9, 1.0),
     dispatch_us=(2., 3., 4., 6., 8., 12., 16., 24., 32., 48., 64., 96.))

@@ -212,20 +212,25 @@ def build_model(spec: ModelSpec, smoke: bool, **kwargs) -> nn.Module:
     return cls(arch=arch, **kwargs)
 
 
+def backend_modules(model: nn.Module) -> List[nn.Module]:
+    """The modules of ``model`` that choose a backend (its attentions with
+    a fused op, and the backbone that hands them its choice)."""
+    return [m for m in model.modules()
+            if isinstance(getattr(m, 'attn_backend', None), str)]
+
+
 def set_backend(model: nn.Module, backend: str) -> None:
     """Every attention of ``model`` on ``backend`` (its weights kept)."""
-    for module in model.modules():
-        if isinstance(getattr(module, 'attn_backend', None), str):
-            module.attn_backend = backend
+    for module in backend_modules(model):
+        module.attn_backend = backend
 
 
 def resolved_backend(model: nn.Module, device: torch.device) -> str:
     """What ``model``'s attentions run on ``device``: 'triton' (the fused
     ops), 'eager', or '' for a model with no fused attention."""
     from vitattn_mm.ops import uses_fused_op
-    backends = {m.attn_backend for m in model.modules()
-                if isinstance(getattr(m, 'attn_backend', None), str)
-                and not hasattr(m, 'arch_zoo')}
+    backends = {m.attn_backend for m in backend_modules(model)
+                if not hasattr(m, 'arch_zoo')}
     if not backends:
         return ''
     return '/'.join(sorted({'triton' if uses_fused_op(b, device) else
@@ -1170,9 +1175,8 @@ def run_core(ctx: 'Context') -> Table:
     table = Table('core', CORE_COLUMNS, ctx.out)
     sdpa: Dict[tuple, Tuple[dict, str, str]] = {}
     # The modules with a fused op ('auto' runs it on CUDA in bf16).
-    fused = {spec.label for spec in CORE_SPECS if any(
-        isinstance(getattr(m, 'attn_backend', None), str)
-        for m in build_attention_layers(spec).modules())}
+    fused = {spec.label for spec in CORE_SPECS
+             if backend_modules(build_attention_layers(spec))}
     for grid in s.core_grids:
         tokens = grid[0] * grid[1]
         for precision in ('fp32', 'bf16'):

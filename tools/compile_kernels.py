@@ -3,8 +3,8 @@
 Runs each family's training step on the CPU with the kernels' launches
 turned into ``triton.compile`` calls for ``sm_<capability>`` (Triton's front
 end, passes and bundled ptxas), at fp32, bf16 and fp16; prints one row per
-distinct specialization: compile time, shared memory, registers, stack frame and
-the error of any that fails. Exit status 1 if one fails. Examples::
+distinct specialization: compile time, shared memory, registers, stack frame
+and the error of any that fails. Exit status 1 if one fails. Examples::
 
     python tools/compile_kernels.py                  # all families, sm_90
     python tools/compile_kernels.py --family LaViT --precision bf16

@@ -160,12 +160,10 @@ class KernelCompiler:
                 result.error = (f'needs {result.shared} B of shared memory, '
                                 f'sm_{self.capability} has {limit}')
         except Exception as error:  # noqa: BLE001 (recorded, not raised)
-            text = str(error).strip()
-            # Triton's CompilationError: the source excerpt, then the cause.
-            result.error = f'{type(error).__name__}: ' + ' '.join(
-                text.splitlines()[-1:] if '\n' in text else [text])[:400]
-            result.error += '' if '\n' not in text else \
-                f' [{text.splitlines()[0]}]'
+            # Triton's CompilationError: where, the source, then the cause.
+            lines = str(error).strip().splitlines() or ['']
+            result.error = f'{type(error).__name__}: {lines[-1][:400]}' + (
+                f' [{lines[0]}]' if len(lines) > 1 else '')
         result.seconds = time.perf_counter() - start
         self.results[key] = result
         return result

@@ -76,9 +76,9 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
     :func:`~vitattn_mm.models.attentions.cfgs.resolve_attn_cfgs`, calls
     ``super().__init__``, builds its stem ``patch_embed`` and
     ``self.stages`` (blocks through :meth:`build_blocks`), adds output
-    norms with :meth:`add_output_norms`, and overrides the small hooks of the forward loop where its layout
-    needs it (:meth:`forward_stem`, :meth:`close_stage`,
-    :meth:`format_output`).
+    norms with :meth:`add_output_norms`, and overrides the small hooks of
+    the forward loop where its layout needs it (:meth:`forward_stem`,
+    :meth:`close_stage`, :meth:`format_output`).
 
     Args:
         num_stages (int): Number of stages (for a plain ViT: blocks).
