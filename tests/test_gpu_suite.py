@@ -202,3 +202,13 @@ def test_only_rejects_unknown_sections():
         suite.parse_args(['--only', 'train,nonsense'])
     args = suite.parse_args(['--only', 'core, compile', '--out', 'x'])
     assert args.sections == ('core', 'compile')
+
+
+def test_train_section_measures_bf16_at_every_size_first():
+    """A budget that runs out drops precisions, not families: every model
+    is measured in bf16 at both sizes before fp16, and fp32 last."""
+    sizes = [(800, 1280), (512, 2048)]
+    assert suite.train_order(sizes) == [
+        ((800, 1280), 'bf16'), ((512, 2048), 'bf16'),
+        ((800, 1280), 'fp16'), ((512, 2048), 'fp16'),
+        ((800, 1280), 'fp32'), ((512, 2048), 'fp32')]

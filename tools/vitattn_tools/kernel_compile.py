@@ -174,29 +174,22 @@ class KernelCompiler:
         the ops take their kernel path for CPU tensors."""
         import triton.runtime.jit as jit
 
-        import vitattn_mm.ops as ops
         from vitattn_mm.ops import backend
         if backend.interpreting():
             raise RuntimeError('compile the kernels in a process without '
                                'TRITON_INTERPRET (the interpreter replaces '
                                "Triton's compiler)")
-        # Each op module holds its own reference to kernels_run_on.
-        modules = [m for m in vars(ops).values() if inspect.ismodule(m)
-                   and hasattr(m, 'kernels_run_on')]
         run = jit.JITFunction.run
 
         def compile_instead(fn, *args, grid, warmup, **kwargs):
             self.compile(fn, args, kwargs)
 
         jit.JITFunction.run = compile_instead
-        for module in modules:
-            module.kernels_run_on = lambda device: True
         try:
-            yield self
+            with backend.kernel_path_forced():
+                yield self
         finally:
             jit.JITFunction.run = run
-            for module in modules:
-                module.kernels_run_on = backend.kernels_run_on
 
 
 def training_step(name: str, arch: str, hw: Tuple[int, int],

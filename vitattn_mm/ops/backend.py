@@ -52,11 +52,29 @@ def interpreting() -> bool:
     return os.environ.get('TRITON_INTERPRET', '0') not in ('', '0')
 
 
+#: Set inside :func:`kernel_path_forced`.
+_KERNEL_PATH_FORCED = False
+
+
 def kernels_run_on(device: torch.device) -> bool:
     """Whether this process can run the Triton kernels on ``device``."""
     if triton_importable() is not None:
         return False
-    return device.type == 'cuda' or (device.type == 'cpu' and interpreting())
+    return _KERNEL_PATH_FORCED or device.type == 'cuda' or (
+        device.type == 'cpu' and interpreting())
+
+
+@contextlib.contextmanager
+def kernel_path_forced() -> Iterator[None]:
+    """Every op takes its kernel path on any device inside the context:
+    how ``tools/compile_kernels.py`` hands each launch of a CPU step to
+    Triton's compiler (it replaces the launches; nothing runs)."""
+    global _KERNEL_PATH_FORCED
+    saved, _KERNEL_PATH_FORCED = _KERNEL_PATH_FORCED, True
+    try:
+        yield
+    finally:
+        _KERNEL_PATH_FORCED = saved
 
 
 _LOGGED = set()
