@@ -718,7 +718,7 @@ def run_train(ctx: 'Context') -> Table:
     table = Table('train', TRAIN_COLUMNS, ctx.out, _train_ratios)
     eager_only: Dict[str, str] = {}  # families whose fused ops failed
     for shape, precision in train_order(s.resolutions):
-        for spec in MODEL_SPECS:
+        for spec in ctx.specs:
             row = dict(model=spec.label, role=spec.role,
                        baseline=spec.baseline or '', type=spec.type,
                        arch=ctx.arch(spec), batch=s.batch, height=shape[0],
@@ -883,7 +883,7 @@ def run_backends(ctx: 'Context') -> Table:
     table = Table('backends', BACKEND_COLUMNS, ctx.out, _backend_ratios)
     shape = s.resolutions[0]
     precision = 'bf16' if ctx.device.type == 'cuda' else 'fp32'
-    for spec in FAMILIES:
+    for spec in ctx.families:
         model, error = ctx.build(spec)
         fallback = ''
         for backend in ('eager', 'triton'):
@@ -995,7 +995,7 @@ def measure_numerics(model: nn.Module, device: torch.device,
 def run_numerics(ctx: 'Context') -> Table:
     s = ctx.settings
     table = Table('numerics', NUMERICS_COLUMNS, ctx.out)
-    for number, spec in enumerate(FAMILIES + BASELINES):
+    for number, spec in enumerate(ctx.families + ctx.baselines):
         for precision in ('fp16', 'bf16'):
             model, error = ctx.build(spec)  # the same initial weights
             if model is not None:
@@ -1396,8 +1396,13 @@ class Context:
     and the models (each built once, on the CPU; sections get copies)."""
 
     def __init__(self, device: torch.device, settings: Settings,
-                 budget: Budget, out: str, smoke: bool):
+                 budget: Budget, out: str, smoke: bool,
+                 specs: Sequence[ModelSpec] = tuple(MODEL_SPECS)):
         self.device = device
+        #: The models of this run (``--models``), in the suite's order.
+        self.specs = list(specs)
+        self.families = [s for s in self.specs if s.role == 'family']
+        self.baselines = [s for s in self.specs if s.role == 'baseline']
         self.settings = settings
         self.budget = budget
         self.out = out
@@ -1629,6 +1634,8 @@ def parse_args(argv=None):
                         "backend='eager': every code path in seconds")
     parser.add_argument('--only', help='comma-separated sections of '
                         + ', '.join(SECTIONS))
+    parser.add_argument('--models', help='comma-separated model labels '
+                        '(default: all): ' + ', '.join(SPECS))
     parser.add_argument('--budget-s', type=float, default=420,
                         help='time for all sections; the ones it no longer '
                         'covers are skipped with a note (default 420)')
@@ -1652,6 +1659,12 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f'unknown sections {sorted(unknown)}; choose from '
                      f'{SECTIONS}')
+    labels = [m.strip() for m in (args.models or '').split(',')
+              if m.strip()]
+    unknown = [m for m in labels if m not in SPECS]
+    if unknown:
+        parser.error(f'unknown models {unknown}; choose from {list(SPECS)}')
+    args.specs = [s for s in MODEL_SPECS if not labels or s.label in labels]
     args.shares = dict(SECTION_SHARES)
     for item in args.share:
         name, _, value = item.partition('=')
@@ -1719,7 +1732,8 @@ def main(argv=None) -> int:
               + ', '.join(env['forbidden_imports_after_import']), flush=True)
 
     budget = Budget(args.budget_s, args.sections, args.shares)
-    ctx = Context(device, settings, budget, args.out, args.smoke)
+    ctx = Context(device, settings, budget, args.out, args.smoke,
+                  args.specs)
     tables: Dict[str, Table] = {}
     notes: List[str] = []
     for name in args.sections:

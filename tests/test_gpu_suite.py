@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SCRIPT = osp.join(ROOT, 'benchmarks', 'gpu_suite.py')
@@ -212,3 +213,17 @@ def test_train_section_measures_bf16_at_every_size_first():
         ((800, 1280), 'bf16'), ((512, 2048), 'bf16'),
         ((800, 1280), 'fp16'), ((512, 2048), 'fp16'),
         ((800, 1280), 'fp32'), ((512, 2048), 'fp32')]
+
+
+def test_models_selects_labels_in_the_suites_order():
+    """``--models`` narrows every section to the named models (a short GPU
+    lease measures what is missing); an unknown label lists the valid."""
+    with pytest.raises(SystemExit):
+        suite.parse_args(['--models', 'Swin-T,Nonsense-Net'])
+    args = suite.parse_args(['--models', 'LaViT-S, FLatten-Swin-T'])
+    assert [s.label for s in args.specs] == ['FLatten-Swin-T', 'LaViT-S']
+    ctx = suite.Context(torch.device('cpu'), suite.Settings.smoke(), None,
+                        'x', True, args.specs)
+    assert [s.label for s in ctx.families] == ['FLatten-Swin-T', 'LaViT-S']
+    assert ctx.baselines == []
+    assert len(suite.parse_args([]).specs) == len(suite.MODEL_SPECS)
