@@ -1,15 +1,18 @@
-"""Fit the cost model to a GPU suite run, after the fact, on the CPU.
+"""Fit the cost model to GPU suite runs, after the fact, on the CPU.
 
-Reads a run's ``train.csv`` (``benchmarks/gpu_suite.py``), records each
-measured model's training step on the meta device as the suite projects it
-(bf16 autocast, batch and size of the row, the fused ops where the row ran
-them), fits MFU, bandwidth efficiency and dispatch cost
-(:func:`cost_model.calibrate`) to the bf16 rows' step times, and prints,
-per row, the measured and projected step and speed ratio with both the
-default and the fitted parameters. fp16 rows are left out of the fit: their
-GradScaler's unscale and inf checks are not in the projection. Example::
+Reads runs' ``train.csv`` and ``backends.csv`` (``benchmarks/gpu_suite.py``),
+records each measured model's training step on the meta device as the suite
+projects it (bf16 autocast, batch and size of the row, the fused ops where
+the row ran them), fits MFU, bandwidth efficiency, dispatch cost and the
+fused ops' efficiency (:func:`cost_model.calibrate`) to the bf16 rows' step
+times, and prints, per row, the measured and projected step and speed ratio
+(a family against its baseline; a fused row against its eager row) with
+both the default and the fitted parameters. fp16 rows are left out of the
+fit: their GradScaler's unscale and inf checks are not in the projection.
+Example (the runs kept in the repository)::
 
-    python benchmarks/calibrate.py /work/.device/3/train.csv
+    python benchmarks/calibrate.py benchmarks/gpu_runs/*/train.csv \
+        benchmarks/gpu_runs/*/backends.csv
 """
 import argparse
 import csv
@@ -27,9 +30,10 @@ from gpu_suite import MODEL_SPECS, build_model  # noqa: E402
 
 
 def load_rows(path: str, precision: str = 'bf16') -> List[dict]:
-    """The run's measured (status ok) rows of ``precision``."""
+    """The run's measured (status ok) rows of ``precision``, each with the
+    file it came from (``source``): rows are compared within a file."""
     with open(path) as f:
-        return [r for r in csv.DictReader(f)
+        return [dict(r, source=path) for r in csv.DictReader(f)
                 if r['status'] == 'ok' and r['precision'] == precision]
 
 
@@ -38,7 +42,7 @@ def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
     specs = {s.label: s for s in MODEL_SPECS}
     steps = {}
     for r in rows:
-        key = _key(r)
+        key = step_key(r)
         if key in steps:
             continue
         backend = key[3]
@@ -51,36 +55,50 @@ def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
     return steps
 
 
-def _key(r: dict) -> Tuple:
+def step_key(r: dict) -> Tuple:
     """A row's step: model, size and the backend its attentions ran."""
     return (r['model'], int(r['height']), int(r['width']),
-            'triton' if r.get('attn_backend') == 'triton' else None)
+            r.get('attn_backend') or None)
+
+
+def reference(row: dict, rows: List[dict]) -> Optional[dict]:
+    """What ``row``'s speed ratio is measured against, in the same file at
+    the same size: a fused row's eager row, a family's baseline."""
+    def same(other):
+        return other['source'] == row['source'] and \
+            (other['height'], other['width']) == (row['height'], row['width'])
+    if row.get('attn_backend') == 'triton' and 'role' not in row:
+        return next((r for r in rows if same(r) and r['model'] ==
+                     row['model'] and r['attn_backend'] == 'eager'), None)
+    return next((r for r in rows if same(r) and
+                 r['model'] == row.get('baseline')), None)
 
 
 def table(rows: List[dict], steps: Dict, default: cost_model.Hardware,
           fitted: cost_model.Hardware) -> str:
-    """Measured vs projected step and ratio, each model against its
-    baseline at the same size, with both parameter sets."""
-    ms = {(r['model'], r['height'], r['width']): float(r['step_ms'])
-          for r in rows}
-    lines = ['| model | input | measured ms | projected ms (default / fitted)'
-             ' | measured ratio | projected ratio (default / fitted) | '
-             'error (default / fitted) |', '|' + ' --- |' * 6]
+    """Measured vs projected step and speed ratio (see :func:`reference`)
+    with both parameter sets."""
+    lines = ['| run | model | input | backend | measured ms | projected ms '
+             '(default / fitted) | against | measured ratio | projected '
+             'ratio (default / fitted) | error (default / fitted) |',
+             '|' + ' --- |' * 10]
     for r in rows:
-        size = (r['height'], r['width'])
-        base = next((b for b in rows if b['model'] == r['baseline']
-                     and (b['height'], b['width']) == size), None)
-        proj = [cost_model.project(steps[_key(r)], hw).ms
+        base = reference(r, rows)
+        proj = [cost_model.project(steps[step_key(r)], hw).ms
                 for hw in (default, fitted)]
-        cells = [r['model'], 'x'.join(size), f"{float(r['step_ms']):.1f}",
+        cells = [os.path.basename(os.path.dirname(r['source'])) or '.',
+                 r['model'], f"{r['height']}x{r['width']}",
+                 r.get('attn_backend') or '', f"{float(r['step_ms']):.1f}",
                  f'{proj[0]:.1f} / {proj[1]:.1f}']
         if base is None:
-            cells += ['', '', '']
+            cells += ['', '', '', '']
         else:
-            measured = ms[(base['model'], *size)] / float(r['step_ms'])
-            ratios = [cost_model.project(steps[_key(base)], hw).ms / p
+            measured = float(base['step_ms']) / float(r['step_ms'])
+            ratios = [cost_model.project(steps[step_key(base)], hw).ms / p
                       for hw, p in zip((default, fitted), proj)]
-            cells += [f'{measured:.2f}',
+            against = base['model'] if base['model'] != r['model'] else \
+                base['attn_backend']
+            cells += [against, f'{measured:.2f}',
                       f'{ratios[0]:.2f} / {ratios[1]:.2f}',
                       ' / '.join(f'{(measured / x - 1) * 100:+.0f}%'
                                  for x in ratios)]
@@ -90,15 +108,16 @@ def table(rows: List[dict], steps: Dict, default: cost_model.Hardware,
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('train_csv')
+    parser.add_argument('csv', nargs='+',
+                        help="a suite run's train.csv or backends.csv")
     args = parser.parse_args(argv)
-    rows = load_rows(args.train_csv)
+    rows = [r for path in args.csv for r in load_rows(path)]
     if len(rows) < 2:
-        print(f'{args.train_csv}: fewer than two measured bf16 rows',
+        print(f"{', '.join(args.csv)}: fewer than two measured bf16 rows",
               file=sys.stderr)
         return 1
     steps = record(rows)
-    samples = [(steps[_key(r)], float(r['step_ms'])) for r in rows]
+    samples = [(steps[step_key(r)], float(r['step_ms'])) for r in rows]
     default = cost_model.Hardware()
     fitted, error = cost_model.calibrate(samples, default)
     base_error = math.sqrt(sum(
@@ -107,7 +126,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f'{len(samples)} bf16 steps. Default {default}: RMS log error '
           f'{base_error:.2f}. Fitted: mfu={fitted.mfu}, '
           f'bandwidth_efficiency={fitted.bandwidth_efficiency}, '
-          f'dispatch_us={fitted.dispatch_us}: RMS log error {error:.2f}.')
+          f'dispatch_us={fitted.dispatch_us}, '
+          f'fused_efficiency={fitted.fused_efficiency}: RMS log error '
+          f'{error:.2f}.')
     print(table(rows, steps, default, fitted))
     return 0
 

@@ -130,18 +130,37 @@ def test_projection_time_formula():
 
 def test_calibration_recovers_the_parameters_of_a_run():
     """Step times made with known parameters: the fit finds them."""
-    truth = cm.Hardware(mfu=0.4, bandwidth_efficiency=0.6, dispatch_us=8.)
+    truth = cm.Hardware(mfu=0.4, bandwidth_efficiency=0.6, dispatch_us=8.,
+                        fused_efficiency=0.1)
     gemm = cm.OpRecord('gemm', int(4e11), 0, 'forward')
     copy = cm.OpRecord('copy', 0, int(2e9), 'forward')
     tiny = cm.OpRecord('tiny', 1, 1, 'forward')
-    # Compute-bound, memory-bound and dispatch-bound steps.
+    fused = cm.OpRecord('vitattn::focused_linear_attention', 0, int(2e8),
+                        'forward')
+    # Compute-bound, memory-bound, dispatch-bound and fused-op steps.
     steps = [[gemm] * 20 + [tiny] * 10, [copy] * 20 + [tiny] * 10,
-             [gemm, copy] + [tiny] * 2000, [gemm] * 5 + [copy] * 5]
+             [gemm, copy] + [tiny] * 2000, [gemm] * 5 + [copy] * 5,
+             [copy] * 5 + [fused] * 10]
     samples = [(ops, cm.project(ops, truth).ms) for ops in steps]
     fitted, error = cm.calibrate(samples)
-    assert (fitted.mfu, fitted.bandwidth_efficiency, fitted.dispatch_us) \
-        == (0.4, 0.6, 8.)
+    assert (fitted.mfu, fitted.bandwidth_efficiency, fitted.dispatch_us,
+            fitted.fused_efficiency) == (0.4, 0.6, 8., 0.1)
     assert error < 1e-6
+    # Without a custom op in any step, the fused efficiency is not fitted.
+    fitted, _ = cm.calibrate(samples[:4], cm.Hardware(fused_efficiency=0.3))
+    assert fitted.fused_efficiency == 0.3
+
+
+def test_only_the_packages_custom_ops_take_the_fused_efficiency():
+    """A Triton kernel of this package runs at ``fused_efficiency`` of the
+    roofline; aten's kernels and the cost model's own SDPA stand-in do
+    not."""
+    hw = cm.Hardware(fused_efficiency=0.25)
+    ops = [cm.OpRecord(name, 0, int(1e9), 'forward') for name in (
+        'vitattn::score_conv', 'vitattn_cost::fused_attention',
+        'aten::add.Tensor')]
+    times = [cm.project([op], hw).kernel_ms for op in ops]
+    assert math.isclose(times[0], 4 * times[1]) and times[1] == times[2]
 
 
 def test_a_backbone_step_projects():
@@ -181,10 +200,50 @@ def test_calibrate_refits_a_gpu_suite_run(tmp_path, capsys):
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    assert calibrate.main([str(path)]) == 0
+    # A backends.csv: the fused step against the eager one.
+    backends = tmp_path / 'backends.csv'
+    fused_rows = []
+    for backend in ('eager', 'triton'):
+        with torch.device('meta'):
+            model = build_model(specs['FLatten-Swin-T'], False,
+                                attn_backend=backend)
+        ms = cm.project(cm.record_step(model, (64, 96), 2, torch.bfloat16),
+                        truth).ms
+        fused_rows.append(dict(model='FLatten-Swin-T', height=64, width=96,
+                               batch=2, precision='bf16', status='ok',
+                               attn_backend=backend, step_ms=ms))
+    with open(backends, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=list(fused_rows[0]))
+        writer.writeheader()
+        writer.writerows(fused_rows)
+    assert calibrate.main([str(path), str(backends)]) == 0
     out = capsys.readouterr().out
     assert 'RMS log error 0.00.' in out  # the fit's, last on its line
     family = [line for line in out.splitlines()
-              if line.startswith('| FLatten-Swin-T |')]
+              if '| FLatten-Swin-T |' in line and '| Swin-T |' in line]
     assert len(family) == 2 and all(line.endswith('+0% |')
                                     for line in family)
+    fused = [line for line in out.splitlines()
+             if '| triton |' in line and '| eager |' in line]
+    assert len(fused) == 1 and fused[0].endswith('+0% |')
+
+
+@pytest.mark.slow
+def test_the_h200_preset_is_the_fit_of_the_kept_gpu_runs():
+    """``--hardware h200-eager-2026-11`` is what benchmarks/calibrate.py
+    fits to the runs kept in benchmarks/gpu_runs/, not a number typed in."""
+    import glob
+    import sys
+    sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
+    import calibrate
+    paths = sorted(glob.glob(osp.join(ROOT, 'benchmarks', 'gpu_runs', '*',
+                                      '*.csv')))
+    rows = [r for p in paths if osp.basename(p) in ('train.csv',
+                                                     'backends.csv')
+            for r in calibrate.load_rows(p)]
+    assert len(rows) == 24
+    steps = calibrate.record(rows)
+    fitted, error = cm.calibrate(
+        [(steps[calibrate.step_key(r)], float(r['step_ms'])) for r in rows])
+    assert fitted == cm.HARDWARE['h200-eager-2026-11']
+    assert error < 0.2
