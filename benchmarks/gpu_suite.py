@@ -1174,7 +1174,7 @@ def run_core(ctx: 'Context') -> Table:
     s = ctx.settings
     table = Table('core', CORE_COLUMNS, ctx.out)
     sdpa: Dict[tuple, Tuple[dict, str, str]] = {}
-    # The modules with a fused op ('auto' runs it on CUDA in bf16).
+    # The modules with a fused op (attn_backend='triton').
     fused = {spec.label for spec in CORE_SPECS
              if backend_modules(build_attention_layers(spec))}
     for grid in s.core_grids:

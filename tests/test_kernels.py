@@ -507,14 +507,20 @@ def test_fused_ops_compile_in_one_graph():
         assert relative_rmse(grad, x.grad) <= 1e-5
 
 
-def test_auto_backend_keeps_fp32_flash_style_ops_eager():
-    """'auto' fuses on CUDA when Triton imports, except a flash-style op's
-    fp32 dots (no tensor cores: measured slower than SDPA on an H200);
-    'triton' and 'eager' are what they say, on any device and dtype."""
-    from vitattn_mm.ops import uses_fused_op
-    from vitattn_mm.ops.backend import triton_importable
+def test_auto_backend_is_eager_until_a_gpu_measures_fused_faster(
+        monkeypatch):
+    """'auto' is eager on every device while the fused steps measured on a
+    GPU are slower (AUTO_FUSES_ON_CUDA False). Switched on, it fuses on CUDA
+    when Triton imports, except a flash-style op's fp32 dots (no tensor
+    cores: measured slower than SDPA on an H200). 'triton' and 'eager' are
+    what they say, on any device and dtype."""
+    from vitattn_mm.ops import backend, uses_fused_op
     cuda, cpu = torch.device('cuda'), torch.device('cpu')
-    has_triton = triton_importable() is None
+    assert backend.AUTO_FUSES_ON_CUDA is False
+    for dtype in (None, torch.bfloat16, torch.float16, torch.float32):
+        assert not uses_fused_op('auto', cuda, dtype)
+    monkeypatch.setattr(backend, 'AUTO_FUSES_ON_CUDA', True)
+    has_triton = backend.triton_importable() is None
     assert uses_fused_op('auto', cuda) is has_triton
     assert uses_fused_op('auto', cuda, torch.bfloat16) is has_triton
     assert uses_fused_op('auto', cuda, torch.float16) is has_triton

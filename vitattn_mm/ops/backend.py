@@ -9,12 +9,18 @@ its fused custom op (Triton kernels).
   it runs the kernels in Triton's interpreter when ``TRITON_INTERPRET=1``
   (how the tests check them) and the eager composition otherwise; on the
   meta device its shape function (the cost model);
-* ``'auto'``: Triton on CUDA tensors when ``triton`` imports, eager
-  otherwise; and eager for the flash-style ops (mean-shift attention,
-  ``softmax_apply``) on fp32 inputs, whose dots Triton runs without tensor
-  cores (``input_precision='ieee'``, to match eager fp32): on an H200 the
-  fused global mean-shift attention took 8.7x SDPA's time in fp32 and 2.8x
-  in bf16 (docs/benchmarks.md). The choice is logged once per process.
+* ``'auto'``: what a GPU measured faster. Today that is the eager
+  composition on every device: on an H200 (bf16, batch 2, 800x1280) every
+  family's fused training step was slower than its eager one (MSF 0.86x,
+  FLatten 0.89x, L2ViT 0.76x, LaViT 0.60x) though lighter (peak memory
+  0.66x-0.86x; ``benchmarks/gpu_runs/``, docs/benchmarks.md), so
+  :data:`AUTO_FUSES_ON_CUDA` is False and ``'triton'`` is the choice where
+  memory, not time, is short. Were it True, 'auto' would run Triton on CUDA
+  tensors when ``triton`` imports, except the flash-style ops (mean-shift
+  attention, ``softmax_apply``) on fp32 inputs, whose dots Triton runs
+  without tensor cores (``input_precision='ieee'``, eager fp32's
+  precision): 8.7x SDPA's time in fp32 on the H200. The choice is logged
+  once per process and device.
 """
 import contextlib
 import functools
@@ -79,6 +85,11 @@ def kernel_path_forced() -> Iterator[None]:
 
 _LOGGED = set()
 
+#: Whether 'auto' runs the fused ops on CUDA. Set from GPU measurements
+#: only (``benchmarks/gpu_suite.py --only backends``): False while every
+#: fused step measured is slower than its eager composition.
+AUTO_FUSES_ON_CUDA = False
+
 
 def uses_fused_op(backend: str, device: torch.device,
                   matmul_dtype: Optional[torch.dtype] = None) -> bool:
@@ -92,7 +103,8 @@ def uses_fused_op(backend: str, device: torch.device,
         return True
     if matmul_dtype == torch.float32:
         return False
-    fused = device.type == 'cuda' and triton_importable() is None
+    fused = AUTO_FUSES_ON_CUDA and device.type == 'cuda' and \
+        triton_importable() is None
     # Said once, eagerly (a graph being captured neither logs nor reads
     # what was said: no break, no guard).
     if not torch.compiler.is_compiling():
@@ -104,8 +116,13 @@ def _say_once(device: torch.device, fused: bool) -> None:
     if device.type in _LOGGED or device.type == 'meta':
         return
     _LOGGED.add(device.type)
-    why = '' if fused or device.type != 'cuda' else \
-        f' (triton does not import: {triton_importable()})'
+    if fused or device.type != 'cuda':
+        why = ''
+    elif not AUTO_FUSES_ON_CUDA:
+        why = (' (the fused ops measured slower on a GPU; '
+               "attn_backend='triton' takes them, for less memory)")
+    else:
+        why = f' (triton does not import: {triton_importable()})'
     print_log(f"attn_backend='auto' on {device.type}: "
               f"{'triton' if fused else 'eager'}{why}", logger='current')
 

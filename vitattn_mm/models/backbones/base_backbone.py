@@ -100,7 +100,9 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
             stock classes' layouts. Default: True.
         attn_backend (str): 'auto', 'eager' or 'triton', given to every
             attention that has a fused op (:mod:`vitattn_mm.ops`; softmax
-            attentions always run PyTorch's fused SDPA). Default: 'auto'.
+            attentions always run PyTorch's fused SDPA). 'auto' runs what
+            a GPU measured faster (:mod:`vitattn_mm.ops.backend`).
+            Default: 'auto'.
         pretrained (str, optional): Deprecated, as in mmdet: a checkpoint
             loaded through ``init_cfg``. Default: None.
         init_cfg (dict | list[dict], optional): ``dict(type='Pretrained',
