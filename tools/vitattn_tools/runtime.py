@@ -2,6 +2,7 @@
 CPU-capable launching (the stock mmengine path assumes CUDA in several
 places) and a clean end of every distributed run."""
 import functools
+import gc
 import os
 import os.path as osp
 import threading
@@ -169,12 +170,16 @@ ERROR_TEARDOWN_TIMEOUT = 5.
 def end_process_group(after_error: bool = False) -> None:
     """Shut down the default process group, if one is running.
 
-    After a successful run every rank meets at a barrier first, so no rank
-    closes its connections while another still has collective work in
-    flight, then destroys the group, as torch asks of every program before
-    it exits. Without it gloo's worker threads outlive the group and a rank
-    can die with ``terminate called without an active exception``
-    (SIGABRT) after the job's work is done.
+    After a successful run every rank first collects its garbage, then
+    meets the others at a barrier, so no rank closes its connections while
+    another still has collective work in flight, then destroys the group,
+    as torch asks of every program before it exits. The collection frees
+    what only reference cycles keep alive (a Runner and its DDP-wrapped
+    model, whose reducer holds the group): destroying the group does not
+    stop its gloo threads while such an object holds it, and left to the
+    interpreter's exit their teardown can kill a rank with ``terminate
+    called without an active exception`` (SIGABRT) after the job's work is
+    done.
 
     After an error the other ranks may never reach a barrier, and shutting
     down with work still pending can block: the group is destroyed without
@@ -188,6 +193,7 @@ def end_process_group(after_error: bool = False) -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     if not after_error:
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
         return
