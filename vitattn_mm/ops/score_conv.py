@@ -6,7 +6,7 @@ over the key grid, then by one over the query grid (the two convolutions of
 :class:`~vitattn_mm.models.attentions.less_attention.transforms.ConvAttentionTransform`;
 its 1x1 head mix stays a convolution). Eagerly that is two convolutions per
 head, with a slice and a stack around them; the op is one pass over the map
-each way. As :mod:`.linear_attention`: the eager composition is the
+per convolution (two forward, three backward), without them. As :mod:`.linear_attention`: the eager composition is the
 reference and the CPU path, the shape function serves ``torch.compile``
 and the cost model, the kernels (:mod:`.triton_score_conv`) run on CUDA
 (and on the CPU under ``TRITON_INTERPRET=1``).
@@ -64,6 +64,23 @@ def _grid(tk, logits):
     return (B * h, -(-Nq // tk.BLOCK_Q), -(-Nk // tk.BLOCK_K))
 
 
+def _conv_pass(src, dst, weight, query_hw, key_hw, over_keys, mirror=False,
+               grad=None, grad_source=None, weight_grad=None):
+    """One depthwise conv of every map (:func:`conv_pass_kernel`): ``dst``
+    from ``src``; with ``grad`` also ``weight_grad`` (fp32, added to)."""
+    tk = _kernels()
+    B, h, Nq, Nk = src.shape
+    has_grad = grad is not None
+    tk.conv_pass_kernel[_grid(tk, src)](
+        src, dst, weight.contiguous(), grad if has_grad else src,
+        grad_source if has_grad else src,
+        weight_grad if has_grad else weight, h, Nq, Nk, *query_hw, *key_hw,
+        K=weight.shape[-1], OVER_KEYS=over_keys, MIRROR=mirror,
+        WEIGHT_GRAD=has_grad, BLOCK_Q=tk.BLOCK_Q, BLOCK_K=tk.BLOCK_K,
+        num_warps=tk.NUM_WARPS)
+    return dst
+
+
 @torch.library.custom_op('vitattn::score_conv', mutates_args=())
 def score_conv_op(logits: torch.Tensor, key_weight: torch.Tensor,
                   query_weight: torch.Tensor, query_hw: List[int],
@@ -72,15 +89,12 @@ def score_conv_op(logits: torch.Tensor, key_weight: torch.Tensor,
     if not kernels_run_on(logits.device):
         return score_conv_eager(logits, key_weight, query_weight, query_hw,
                                 key_hw)
-    tk = _kernels()
     logits = logits.contiguous()
-    out = torch.empty_like(logits)
-    B, h, Nq, Nk = logits.shape
-    tk.forward_kernel[_grid(tk, logits)](
-        logits, out, key_weight.contiguous(), query_weight.contiguous(), h,
-        Nq, Nk, *query_hw, *key_hw, K=key_weight.shape[-1],
-        BLOCK_Q=tk.BLOCK_Q, BLOCK_K=tk.BLOCK_K)
-    return out
+    # The map between the two convs stays fp32, as inside one kernel.
+    keyed = _conv_pass(logits, torch.empty_like(logits, dtype=torch.float32),
+                       key_weight, query_hw, key_hw, over_keys=True)
+    return _conv_pass(keyed, torch.empty_like(logits), query_weight,
+                      query_hw, key_hw, over_keys=False)
 
 
 @score_conv_op.register_fake
@@ -98,18 +112,21 @@ def score_conv_backward_op(grad: torch.Tensor, logits: torch.Tensor,
         return eager_grads(score_conv_eager, grad,
                            (logits, key_weight, query_weight),
                            (query_hw, key_hw))
-    tk = _kernels()
     logits, grad = logits.contiguous(), grad.contiguous()
-    dlogits = torch.empty_like(logits)
     f32 = dict(device=logits.device, dtype=torch.float32)
     dkey, dquery = (torch.zeros(key_weight.shape, **f32),
                     torch.zeros(query_weight.shape, **f32))
-    B, h, Nq, Nk = logits.shape
-    tk.backward_kernel[_grid(tk, logits)](
-        logits, grad, dlogits, key_weight.contiguous(),
-        query_weight.contiguous(), dkey, dquery, h, Nq, Nk, *query_hw,
-        *key_hw, K=key_weight.shape[-1], BLOCK_Q=tk.BLOCK_Q,
-        BLOCK_K=tk.BLOCK_K)
+    # The key conv's output again (cheaper than keeping it), then each
+    # conv transposed with its weight's gradient; the maps between in fp32.
+    keyed = _conv_pass(logits, torch.empty_like(logits, dtype=torch.float32),
+                       key_weight, query_hw, key_hw, over_keys=True)
+    dkeyed = _conv_pass(grad, torch.empty_like(grad, dtype=torch.float32),
+                        query_weight, query_hw, key_hw, over_keys=False,
+                        mirror=True, grad=grad, grad_source=keyed,
+                        weight_grad=dquery)
+    dlogits = _conv_pass(dkeyed, torch.empty_like(logits), key_weight,
+                         query_hw, key_hw, over_keys=True, mirror=True,
+                         grad=dkeyed, grad_source=logits, weight_grad=dkey)
     return [dlogits, dkey.to(key_weight.dtype), dquery.to(query_weight.dtype)]
 
 

@@ -6,20 +6,30 @@ over the query grid ``(Hq, Wq)`` times the key grid ``(Hk, Wk)``. The op
 runs a depthwise ``K x K`` conv over the key grid, then one over the query
 grid (zero padding ``K // 2``, one kernel per head)::
 
-    Y_ij = sum_a wq_a sum_c wk_c A_(i+a)(j+c)
+    X_ij = sum_c wk_c A_i(j+c)        Y_ij = sum_a wq_a X_(i+a)j
 
-where ``i + a`` is query ``i``'s neighbour at tap ``a`` on its grid (zero
-outside), and ``j + c`` key ``j``'s. One program a tile of queries x keys
-of one (image, head). Backward: the same sums with the taps mirrored give
-``dA``; the weight gradients are the tile's sums of ``dY`` times the
-key-convolved map (``wq``) and of the query-transposed ``dY`` times ``A``
-(``wk``), added with fp32 atomics.
+where ``j + c`` is key ``j``'s neighbour at tap ``c`` on its grid (zero
+outside), and ``i + a`` query ``i``'s. The two convolutions are separable,
+and each is one pass (:func:`conv_pass_kernel`, ``K * K`` taps): done in
+one pass, every output would read ``K**4`` neighbours (81 for LaViT's 3x3,
+against 18), which made the first kernel slower than the eager convs on a
+GPU. Backward, with the taps mirrored (``T``)::
+
+    dX = wq^T * dY    dA = wk^T * dX
+    dwq_a = sum dY_ij X_(i+a)j        dwk_c = sum dX_ij A_i(j+c)
+
+``X`` is recomputed (one pass) rather than kept; each weight gradient is
+summed by the pass that reads its ``dY`` / ``dX`` tile, one fp32 atomic per
+tap and program.
 """
 import triton
 import triton.language as tl
 
 BLOCK_Q = 16
 BLOCK_K = 64
+#: Warps per program (Triton's default; the GPU suite's tuning section
+#: tries others).
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -39,9 +49,29 @@ def _tile(ptr, rows, row_ok, cols, col_ok, Nk):
 
 
 @triton.jit
-def forward_kernel(a_ptr, y_ptr, wk_ptr, wq_ptr, NH, Nq, Nk, Hq, Wq, Hk, Wk,
-                   K: tl.constexpr, BLOCK_Q: tl.constexpr,
-                   BLOCK_K: tl.constexpr):
+def _shifted(ptr, offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, dy,
+             dx, OVER_KEYS: tl.constexpr):
+    """The ``[BLOCK_Q, BLOCK_K]`` tile of a map shifted by ``(dy, dx)`` on
+    the key grid (``OVER_KEYS``) or on the query grid, zero outside."""
+    if OVER_KEYS:
+        cols, col_ok = _neighbour(offs_k, mask_k, Wk, Hk, dy, dx)
+        return _tile(ptr, offs_q, mask_q, cols, col_ok, Nk)
+    rows, row_ok = _neighbour(offs_q, mask_q, Wq, Hq, dy, dx)
+    return _tile(ptr, rows, row_ok, offs_k, mask_k, Nk)
+
+
+@triton.jit
+def conv_pass_kernel(src_ptr, dst_ptr, w_ptr, g_ptr, gsrc_ptr, dw_ptr, NH,
+                     Nq, Nk, Hq, Wq, Hk, Wk, K: tl.constexpr,
+                     OVER_KEYS: tl.constexpr, MIRROR: tl.constexpr,
+                     WEIGHT_GRAD: tl.constexpr, BLOCK_Q: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+    """One depthwise ``K x K`` conv of a tile of every (image, head) map,
+    over the key grid (``OVER_KEYS``) or the query grid: ``dst = sum_t w_t
+    src(shifted by t)``, the taps mirrored with ``MIRROR`` (a transposed
+    conv). With ``WEIGHT_GRAD`` also the tile's share of the conv weight's
+    gradient, ``dw_t += sum g * gsrc(shifted by t)`` (unmirrored), where
+    ``g`` is the gradient of this conv's output."""
     bh = tl.program_id(0)
     h = bh % NH
     offs_q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
@@ -49,61 +79,24 @@ def forward_kernel(a_ptr, y_ptr, wk_ptr, wq_ptr, NH, Nq, Nk, Hq, Wq, Hk, Wk,
     mask_q, mask_k = offs_q < Nq, offs_k < Nk
     base = bh.to(tl.int64) * Nq * Nk
     acc = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
-    for a in tl.static_range(K * K):
-        rows, row_ok = _neighbour(offs_q, mask_q, Wq, Hq, a // K - K // 2,
-                                  a % K - K // 2)
-        x = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
-        for c in tl.static_range(K * K):
-            cols, col_ok = _neighbour(offs_k, mask_k, Wk, Hk,
-                                      c // K - K // 2, c % K - K // 2)
-            x += tl.load(wk_ptr + h * K * K + c).to(tl.float32) * _tile(
-                a_ptr + base, rows, row_ok, cols, col_ok, Nk)
-        acc += tl.load(wq_ptr + h * K * K + a).to(tl.float32) * x
-    tl.store(y_ptr + base + offs_q[:, None] * Nk + offs_k[None, :],
-             acc.to(y_ptr.dtype.element_ty),
+    if WEIGHT_GRAD:
+        g = _tile(g_ptr + base, offs_q, mask_q, offs_k, mask_k, Nk)
+    for t in tl.static_range(K * K):
+        dy, dx = t // K - K // 2, t % K - K // 2
+        w = tl.load(w_ptr + h * K * K + t).to(tl.float32)
+        if MIRROR:
+            acc += w * _shifted(src_ptr + base, offs_q, mask_q, offs_k,
+                                mask_k, Nk, Hq, Wq, Hk, Wk, -dy, -dx,
+                                OVER_KEYS)
+        else:
+            acc += w * _shifted(src_ptr + base, offs_q, mask_q, offs_k,
+                                mask_k, Nk, Hq, Wq, Hk, Wk, dy, dx,
+                                OVER_KEYS)
+        if WEIGHT_GRAD:
+            tile = _shifted(gsrc_ptr + base, offs_q, mask_q, offs_k, mask_k,
+                            Nk, Hq, Wq, Hk, Wk, dy, dx, OVER_KEYS)
+            tl.atomic_add(dw_ptr + h * K * K + t,
+                          tl.sum(tl.sum(g * tile, 1), 0))
+    tl.store(dst_ptr + base + offs_q[:, None] * Nk + offs_k[None, :],
+             acc.to(dst_ptr.dtype.element_ty),
              mask=mask_q[:, None] & mask_k[None, :])
-
-
-@triton.jit
-def backward_kernel(a_ptr, g_ptr, da_ptr, wk_ptr, wq_ptr, dwk_ptr, dwq_ptr,
-                    NH, Nq, Nk, Hq, Wq, Hk, Wk, K: tl.constexpr,
-                    BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
-    """``dA`` of a tile, and the tile's share of both weight gradients."""
-    bh = tl.program_id(0)
-    h = bh % NH
-    offs_q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    offs_k = tl.program_id(2) * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask_q, mask_k = offs_q < Nq, offs_k < Nk
-    both = mask_q[:, None] & mask_k[None, :]
-    base = bh.to(tl.int64) * Nq * Nk
-    g = _tile(g_ptr + base, offs_q, mask_q, offs_k, mask_k, Nk)
-    da = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
-    dx = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)  # query-transposed dY
-    for a in tl.static_range(K * K):
-        dy, dx_ = a // K - K // 2, a % K - K // 2
-        wq = tl.load(wq_ptr + h * K * K + a).to(tl.float32)
-        # dY's taps mirrored: query i receives from i - a.
-        rows_in, in_ok = _neighbour(offs_q, mask_q, Wq, Hq, -dy, -dx_)
-        # The map's taps as in the forward: for wq's gradient.
-        rows, row_ok = _neighbour(offs_q, mask_q, Wq, Hq, dy, dx_)
-        x = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
-        dxa = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
-        for c in tl.static_range(K * K):
-            wk = tl.load(wk_ptr + h * K * K + c).to(tl.float32)
-            cy, cx = c // K - K // 2, c % K - K // 2
-            cols_in, cin_ok = _neighbour(offs_k, mask_k, Wk, Hk, -cy, -cx)
-            dxa += wk * _tile(g_ptr + base, rows_in, in_ok, cols_in, cin_ok,
-                              Nk)
-            cols, col_ok = _neighbour(offs_k, mask_k, Wk, Hk, cy, cx)
-            x += wk * _tile(a_ptr + base, rows, row_ok, cols, col_ok, Nk)
-        da += wq * dxa
-        tl.atomic_add(dwq_ptr + h * K * K + a, tl.sum(tl.sum(g * x, 1), 0))
-        dx += wq * _tile(g_ptr + base, rows_in, in_ok, offs_k, mask_k, Nk)
-    for c in tl.static_range(K * K):
-        cols, col_ok = _neighbour(offs_k, mask_k, Wk, Hk, c // K - K // 2,
-                                  c % K - K // 2)
-        tile = _tile(a_ptr + base, offs_q, mask_q, cols, col_ok, Nk)
-        tl.atomic_add(dwk_ptr + h * K * K + c,
-                      tl.sum(tl.sum(tl.where(both, dx, 0.) * tile, 1), 0))
-    tl.store(da_ptr + base + offs_q[:, None] * Nk + offs_k[None, :],
-             da.to(da_ptr.dtype.element_ty), mask=both)
