@@ -89,12 +89,15 @@ sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 import cost_model  # noqa: E402  (beside this script)
 
 SECTIONS = ('train', 'backends', 'numerics', 'core', 'compile')
+#: Sections that run only when ``--only`` names them: a default run's files
+#: are the most the device tool brings back (8).
+EXTRA_SECTIONS = ('kernels', 'tuning')
 
 #: Share of the budget each section is sure of (a section may use what the
 #: ones before it left; the last takes the rest). Measured on no GPU yet:
 #: these follow estimates of the step times, see docs/benchmarks.md.
 SECTION_SHARES = dict(train=0.32, backends=0.10, numerics=0.22, core=0.10,
-                      compile=0.26)
+                      compile=0.26, kernels=0.3, tuning=0.5)
 
 #: mmcv's compiled ops and the packages that may need them: this script
 #: never imports them; env.json records which ``import vitattn_mm`` did.
@@ -265,6 +268,11 @@ class Settings:
     #: Labels of the models the compile section compiles (None: all).
     compile_models: Optional[Tuple[str, ...]] = None
     lr: float = 1e-4
+    #: The kernels section: profiled steps, kernels listed per step.
+    kernel_steps: int = 3
+    kernel_top: int = 10
+    #: The tuning section: how many of each module's settings it tries.
+    tuning_settings: int = 7
 
     @classmethod
     def full(cls) -> 'Settings':
@@ -293,7 +301,8 @@ class Settings:
             compile_limit_s=60,
             # Tracing one backbone takes dynamo 10-30 s on 2 CPU cores:
             # the smoke run compiles one small family.
-            compile_models=('FLatten-PVTv2-B0', ))
+            compile_models=('FLatten-PVTv2-B0', ), kernel_steps=1,
+            kernel_top=3, tuning_settings=2)
 
 
 # ------------------------------------------------------- time and the device
@@ -937,6 +946,212 @@ def backends_markdown(table: Table) -> str:
                      'projected speed-up', 'error', 'note'], rows)
 
 
+# ----------------------------------------------------------------- kernels
+
+KERNEL_COLUMNS = ['model', 'attn_backend', 'height', 'width', 'batch',
+                  'precision', 'status', 'rank', 'kernel', 'calls_per_step',
+                  'ms_per_step', 'share', 'note']
+
+
+def top_kernels(model: nn.Module, device: torch.device, shape: Shape,
+                batch: int, precision: str, steps: int,
+                top: int) -> List[dict]:
+    """The ``top`` kernels of a training step by the device's own time
+    (``torch.profiler``; on the CPU the ops' self time), with one 'all
+    kernels' row first: ``kernel``, ``calls_per_step``, ``ms_per_step``,
+    ``share`` of the step's kernel time."""
+    from torch.profiler import ProfilerActivity, profile
+    trainer = Trainer(model, device, precision, 1e-4)
+    x = torch.randn(batch, 3, *shape, device=device)
+    activities = [ProfilerActivity.CPU]
+    if device.type == 'cuda':
+        activities.append(ProfilerActivity.CUDA)
+    try:
+        for _ in range(2):  # compilation and the allocator's warm-up
+            trainer.step(x)
+        synchronize(device)
+        with profile(activities=activities) as prof:
+            for _ in range(steps):
+                trainer.step(x)
+            synchronize(device)
+    finally:
+        trainer.optimizer.zero_grad(set_to_none=True)
+        del trainer
+    events = []
+    for event in prof.key_averages():
+        if device.type == 'cuda':
+            us = getattr(event, 'self_device_time_total',
+                         getattr(event, 'self_cuda_time_total', 0))
+            # Kernels only: the ops that launch them have no self time
+            # on the device.
+            if event.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+        else:
+            us = event.self_cpu_time_total
+        if us > 0:
+            events.append((event.key, event.count, us))
+    total = sum(us for _, _, us in events) or 1.
+    events.sort(key=lambda e: -e[2])
+    rows = [dict(kernel='all kernels', calls_per_step=sum(
+        n for _, n, _ in events) / steps, ms_per_step=total / steps / 1e3,
+        share=1.)]
+    for name, count, us in events[:top]:
+        rows.append(dict(kernel=name[:120], calls_per_step=count / steps,
+                         ms_per_step=us / steps / 1e3, share=us / total))
+    return rows
+
+
+def run_kernels(ctx: 'Context') -> Table:
+    """Each family's training step, eager and fused, kernel by kernel:
+    where the device's time goes (what to tune)."""
+    s = ctx.settings
+    table = Table('kernels', KERNEL_COLUMNS, ctx.out)
+    shape = s.resolutions[0]
+    precision = 'bf16' if ctx.device.type == 'cuda' else 'fp32'
+    for spec in ctx.families:
+        model, error = ctx.build(spec)
+        for backend in ('eager', 'triton'):
+            if model is not None:
+                set_backend(model, backend)
+            result, status, note = ctx.attempt(
+                error, 5, s.train_limit_s,
+                lambda: dict(rows=top_kernels(
+                    model, ctx.device, shape, s.batch, precision,
+                    s.kernel_steps, s.kernel_top)))
+            common = dict(model=spec.label, attn_backend=backend,
+                          height=shape[0], width=shape[1], batch=s.batch,
+                          precision=precision, status=status, note=note)
+            for rank, row in enumerate((result or {}).get('rows') or [{}]):
+                table.add(rank=rank, **common, **row)
+            ctx.log(f'[kernels] {spec.label} {backend}: ' + (
+                f"{result['rows'][0]['ms_per_step']:.1f} ms of kernels"
+                if result else f'{status} ({note})'))
+        model = None
+        release_memory(ctx.device, collect=True)
+    return table
+
+
+def kernels_markdown(table: Table) -> str:
+    rows = [[r['model'], r['attn_backend'], str(r['rank']),
+             r['kernel'] or r['note'], _fmt(r.get('calls_per_step'), 1),
+             _fmt(r.get('ms_per_step')), _percent(r.get('share'))]
+            for r in table.rows]
+    return markdown(['family', 'backend', 'rank', 'kernel', 'calls / step',
+                     'ms / step', 'share'], rows)
+
+
+# ------------------------------------------------------------------ tuning
+
+#: The launch settings the tuning section tries for each kernel module
+#: (module attributes its op reads at every launch); the first is the
+#: module's own.
+TUNING_GRID = {
+    'triton_linear_attention': [
+        dict(BLOCK_N=32, NUM_WARPS=4), dict(BLOCK_N=16, NUM_WARPS=2),
+        dict(BLOCK_N=16, NUM_WARPS=4), dict(BLOCK_N=32, NUM_WARPS=2),
+        dict(BLOCK_N=32, NUM_WARPS=8), dict(BLOCK_N=64, NUM_WARPS=4),
+        dict(BLOCK_N=64, NUM_WARPS=8)],
+    'triton_mean_shift_attention': [
+        dict(BLOCK=64, NUM_WARPS=4), dict(BLOCK=32, NUM_WARPS=2),
+        dict(BLOCK=32, NUM_WARPS=4), dict(BLOCK=64, NUM_WARPS=8),
+        dict(BLOCK=128, NUM_WARPS=8)],
+    'triton_softmax_apply': [
+        dict(BLOCK=64, NUM_WARPS=4), dict(BLOCK=32, NUM_WARPS=2),
+        dict(BLOCK=32, NUM_WARPS=4), dict(BLOCK=64, NUM_WARPS=8),
+        dict(BLOCK=128, NUM_WARPS=8)],
+    'triton_score_conv': [
+        dict(BLOCK_Q=16, BLOCK_K=64, NUM_WARPS=4),
+        dict(BLOCK_Q=8, BLOCK_K=64, NUM_WARPS=2),
+        dict(BLOCK_Q=16, BLOCK_K=128, NUM_WARPS=4),
+        dict(BLOCK_Q=32, BLOCK_K=64, NUM_WARPS=4),
+        dict(BLOCK_Q=32, BLOCK_K=128, NUM_WARPS=8)],
+}
+
+_LINEAR = ('triton_linear_attention', )
+#: The kernel modules each family's fused ops launch.
+FUSED_MODULES = {
+    'FLatten-Swin-T': _LINEAR, 'L2ViT-T': _LINEAR, 'FLatten-PVT-T': _LINEAR,
+    'FLatten-PVTv2-B0': _LINEAR, 'FLatten-CSwin-T': _LINEAR,
+    'MSF-Swin-T': ('triton_mean_shift_attention', ),
+    'LaViT-S': ('triton_score_conv', 'triton_softmax_apply'),
+}
+
+TUNING_COLUMNS = ['model', 'module', 'setting', 'height', 'width', 'batch',
+                  'precision', 'status', 'step_ms', 'speed_ratio', 'note']
+
+
+@contextlib.contextmanager
+def launch_settings(module: str, **values) -> Iterator[None]:
+    """``vitattn_mm.ops.<module>``'s launch settings (``BLOCK_N=16``,
+    ``NUM_WARPS=2`` ...) set to ``values`` inside the context, its own
+    after; a name the module does not have raises."""
+    target = importlib.import_module(f'vitattn_mm.ops.{module}')
+    unknown = [name for name in values if not hasattr(target, name)]
+    if unknown:
+        raise AttributeError(f'{module} has no launch setting {unknown}')
+    saved = {name: getattr(target, name) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(target, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(target, name, value)
+
+
+def setting_label(values: dict) -> str:
+    return ' '.join(f'{k}={v}' for k, v in values.items())
+
+
+def run_tuning(ctx: 'Context') -> Table:
+    """Each family's fused training step with every launch setting of
+    :data:`TUNING_GRID` for the kernel modules it uses, one module at a
+    time (the others at their own); speed ratio = the module's own
+    setting's step ms / this one's."""
+    s = ctx.settings
+    table = Table('tuning', TUNING_COLUMNS, ctx.out)
+    shape = s.resolutions[0]
+    precision = 'bf16' if ctx.device.type == 'cuda' else 'fp32'
+    for spec in ctx.families:
+        modules = FUSED_MODULES.get(spec.label, ())
+        model, error = ctx.build(spec) if modules else (None, None)
+        if model is not None:
+            set_backend(model, 'triton')
+        for module in modules:
+            grid = TUNING_GRID[module][:s.tuning_settings]
+            own_ms = None
+            for values in grid:
+                def step(values=values):
+                    with launch_settings(module, **values):
+                        return measure_train(model, ctx.device, shape,
+                                             s.batch, precision, s)
+                result, status, note = ctx.attempt(error, 5,
+                                                   s.train_limit_s, step)
+                ms = result and result['step_ms']
+                if values is grid[0]:
+                    own_ms = ms
+                table.add(model=spec.label, module=module,
+                          setting=setting_label(values), height=shape[0],
+                          width=shape[1], batch=s.batch,
+                          precision=precision, status=status, note=note,
+                          step_ms=ms, speed_ratio=ratio(own_ms, ms))
+                ctx.log(f'[tuning] {spec.label} {module} '
+                        f'{setting_label(values)}: ' + (
+                            f'{ms:.1f} ms' if ms else f'{status} ({note})'))
+        model = None
+        release_memory(ctx.device, collect=True)
+    return table
+
+
+def tuning_markdown(table: Table) -> str:
+    rows = [[r['model'], r['module'], r['setting'], _fmt(r.get('step_ms'), 1),
+             bold(_fmt(r.get('speed_ratio'))),
+             r['note'] if r['status'] != 'ok' else '']
+            for r in table.rows]
+    return markdown(['family', 'kernels', 'setting', 'step ms',
+                     'speed vs own', 'note'], rows)
+
+
 # ---------------------------------------------------------------- numerics
 
 NUMERICS_COLUMNS = ['model', 'role', 'type', 'arch', 'height', 'width',
@@ -1521,7 +1736,9 @@ class Context:
         return result, status, note
 
 
-RUNNERS = dict(train=(run_train, train_markdown),
+RUNNERS = dict(kernels=(run_kernels, kernels_markdown),
+               tuning=(run_tuning, tuning_markdown),
+               train=(run_train, train_markdown),
                backends=(run_backends, backends_markdown),
                numerics=(run_numerics, numerics_markdown),
                core=(run_core, core_markdown),
@@ -1532,7 +1749,9 @@ SECTION_TITLES = dict(
     backends='Eager vs fused attention (backends.csv)',
     numerics='fp16 / bf16 numerics (numerics.csv)',
     core='Attention modules alone (core.csv)',
-    compile='torch.compile (compile.csv)')
+    compile='torch.compile (compile.csv)',
+    kernels='Where a step\'s device time goes (kernels.csv)',
+    tuning='The kernels\' launch settings (tuning.csv)')
 
 
 def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
@@ -1569,6 +1788,17 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
               f'{s.core_repeats}. Time / memory ratio = the module\'s / '
               'fused softmax SDPA\'s on the same tokens and heads (no '
               'projections); peak = above the inputs and weights.'),
+        kernels=(f'One training step of each family at the first input size '
+                 f'(batch {s.batch}, bf16 on CUDA), eager and fused, under '
+                 f'torch.profiler ({s.kernel_steps} steps after 2): the '
+                 'kernels by their own device time per step (on the CPU: '
+                 'the ops\' self time), rank 0 = all of them; share = of '
+                 'the step\'s kernel time.'),
+        tuning=('Each family\'s fused training step (first input size, '
+                f'batch {s.batch}, bf16 on CUDA) with each launch setting '
+                'of the kernel modules it uses, one module at a time; '
+                'speed vs own = the step with the module\'s own setting '
+                '(the first row) / with this one (above 1: faster).'),
         compile=(f'Batch 1 at {s.compile_shapes[0][0]}x'
                  f'{s.compile_shapes[0][1]}, fp32, no grad; '
                  f'`torch.compile(backend={s.compile_backend!r}, '
@@ -1606,7 +1836,7 @@ def write_summary(out: str, env: dict, tables: Dict[str, Table],
                   'of the numerics section kept a finite loss.', '',
                   headline_markdown(tables), '']
     explain = section_notes(settings, device)
-    for name in SECTIONS:
+    for name in SECTIONS + EXTRA_SECTIONS:
         if name not in tables:
             continue
         lines += [f'## {SECTION_TITLES[name]}', '', explain[name], '',
@@ -1633,7 +1863,8 @@ def parse_args(argv=None):
                         help='tiny archs and sizes, few steps, compile with '
                         "backend='eager': every code path in seconds")
     parser.add_argument('--only', help='comma-separated sections of '
-                        + ', '.join(SECTIONS))
+                        + ', '.join(SECTIONS) + ' (default: those), and '
+                        + ', '.join(EXTRA_SECTIONS))
     parser.add_argument('--models', help='comma-separated model labels '
                         '(default: all): ' + ', '.join(SPECS))
     parser.add_argument('--budget-s', type=float, default=420,
@@ -1655,10 +1886,10 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     args.sections = SECTIONS if not args.only else tuple(
         s.strip() for s in args.only.split(',') if s.strip())
-    unknown = set(args.sections) - set(SECTIONS)
+    unknown = set(args.sections) - set(SECTIONS + EXTRA_SECTIONS)
     if unknown:
         parser.error(f'unknown sections {sorted(unknown)}; choose from '
-                     f'{SECTIONS}')
+                     f'{SECTIONS + EXTRA_SECTIONS}')
     labels = [m.strip() for m in (args.models or '').split(',')
               if m.strip()]
     unknown = [m for m in labels if m not in SPECS]
@@ -1668,7 +1899,7 @@ def parse_args(argv=None):
     args.shares = dict(SECTION_SHARES)
     for item in args.share:
         name, _, value = item.partition('=')
-        if name not in SECTIONS:
+        if name not in SECTIONS + EXTRA_SECTIONS:
             parser.error(f'--share {item}: unknown section')
         args.shares[name] = float(value)
     return args

@@ -227,3 +227,50 @@ def test_models_selects_labels_in_the_suites_order():
     assert [s.label for s in ctx.families] == ['FLatten-Swin-T', 'LaViT-S']
     assert ctx.baselines == []
     assert len(suite.parse_args([]).specs) == len(suite.MODEL_SPECS)
+
+
+def test_kernels_section_ranks_a_steps_kernels_by_time():
+    """``--only kernels`` (not in a default run, which brings back the
+    device tool's 8 files at most) lists a step's kernels by time: an
+    'all kernels' row, then the top ones, largest first, their shares of
+    the whole."""
+    assert 'kernels' not in suite.parse_args([]).sections
+    assert suite.parse_args(['--only', 'kernels']).sections == ('kernels', )
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3),
+                                torch.nn.Conv2d(8, 4, 1))
+    rows = suite.top_kernels(model, torch.device('cpu'), (16, 16), 2,
+                             'fp32', steps=2, top=4)
+    assert rows[0]['kernel'] == 'all kernels' and rows[0]['share'] == 1.
+    assert 1 <= len(rows) - 1 <= 4
+    times = [r['ms_per_step'] for r in rows[1:]]
+    assert times == sorted(times, reverse=True)
+    assert sum(r['share'] for r in rows[1:]) <= 1. + 1e-9
+    assert any('convolution' in r['kernel'] for r in rows[1:])
+
+
+def test_launch_settings_are_set_inside_and_restored_after():
+    """The tuning section sets a kernel module's launch settings for one
+    measurement: its own come back after, even after an error; a setting
+    the module does not have is refused by name; every setting in the
+    grid is one the module has, its own first."""
+    from vitattn_mm.ops import triton_linear_attention as tk
+    own = (tk.BLOCK_N, tk.NUM_WARPS)
+    with suite.launch_settings('triton_linear_attention', BLOCK_N=16,
+                               NUM_WARPS=2):
+        assert (tk.BLOCK_N, tk.NUM_WARPS) == (16, 2)
+    assert (tk.BLOCK_N, tk.NUM_WARPS) == own
+    with pytest.raises(RuntimeError):
+        with suite.launch_settings('triton_linear_attention', BLOCK_N=64):
+            raise RuntimeError('a failed measurement')
+    assert (tk.BLOCK_N, tk.NUM_WARPS) == own
+    with pytest.raises(AttributeError, match='BLOCK_Z'):
+        with suite.launch_settings('triton_linear_attention', BLOCK_Z=1):
+            pass
+    import importlib
+    for module, grid in suite.TUNING_GRID.items():
+        target = importlib.import_module(f'vitattn_mm.ops.{module}')
+        assert grid[0] == {k: getattr(target, k) for k in grid[0]}, module
+        assert all(set(values) == set(grid[0]) for values in grid)
+    used = {m for modules in suite.FUSED_MODULES.values() for m in modules}
+    assert used == set(suite.TUNING_GRID)
+    assert set(suite.FUSED_MODULES) == {s.label for s in suite.FAMILIES}

@@ -106,7 +106,8 @@ def _launch(qkv, bias, mask, num_heads, scale, mean_shift, write_out=True):
         lse, N, C, num_heads, 1 if mask is None else mask.shape[0],
         float(scale), D, MEAN_SHIFT=mean_shift, HAS_BIAS=bias is not None,
         HAS_MASK=mask is not None, BLOCK_M=tk.BLOCK, BLOCK_N=tk.BLOCK,
-        BLOCK_D=block_d(D), UPCAST=_upcast(qkv), WRITE_OUT=write_out)
+        BLOCK_D=block_d(D), UPCAST=_upcast(qkv), WRITE_OUT=write_out,
+        num_warps=tk.NUM_WARPS)
     return out, lse
 
 
@@ -163,7 +164,7 @@ def mean_shift_attention_backward_op(
     delta = torch.empty_like(lse)
     grid = (-(-N // tk.BLOCK), B * num_heads)
     flags = dict(MEAN_SHIFT=mean_shift, BLOCK_D=block_d(D),
-                 UPCAST=_upcast(qkv))
+                 UPCAST=_upcast(qkv), num_warps=tk.NUM_WARPS)
     dqkv = torch.empty(qkv.shape, device=qkv.device, dtype=qkv.dtype)
     # Windows share the bias: each adds its gradient into one of ``slots``
     # copies (fewer atomics on one address), summed below.

@@ -59,7 +59,7 @@ def _launch_forward(logits, v, mask, write_out):
         v if out is None else out, lse, h, Nq, Nk,
         1 if mask is None else mask.shape[0], D, HAS_MASK=mask is not None,
         WRITE_OUT=write_out, UPCAST=_upcast(v), BLOCK_M=tk.BLOCK,
-        BLOCK_N=tk.BLOCK, BLOCK_D=block_d(D))
+        BLOCK_N=tk.BLOCK, BLOCK_D=block_d(D), num_warps=tk.NUM_WARPS)
     return out, lse
 
 
@@ -104,7 +104,8 @@ def softmax_apply_backward_op(grad: torch.Tensor, logits: torch.Tensor,
     dlogits = torch.empty_like(logits)
     dv = torch.empty_like(v)
     flags = dict(HAS_MASK=mask is not None, UPCAST=_upcast(v),
-                 BLOCK_M=tk.BLOCK, BLOCK_N=tk.BLOCK, BLOCK_D=block_d(D))
+                 BLOCK_M=tk.BLOCK, BLOCK_N=tk.BLOCK, BLOCK_D=block_d(D),
+                 num_warps=tk.NUM_WARPS)
     sizes = (h, Nq, Nk, 1 if mask is None else mask.shape[0], D)
     masks = logits if mask is None else mask
     tk.logits_backward_kernel[(-(-Nq // tk.BLOCK), B * h)](

@@ -27,6 +27,9 @@ import triton.language as tl
 
 #: Tokens per program. Query and key blocks alike.
 BLOCK_N = 32
+#: Warps per program (Triton's default; the GPU suite's tuning section
+#: tries others).
+NUM_WARPS = 4
 NO_CLAMP = -3.0e38
 
 

@@ -28,6 +28,9 @@ from .triton_tiles import head_tile, online_softmax_step, program_rows
 
 #: Query and key tile.
 BLOCK = 64
+#: Warps per program (Triton's default; the GPU suite's tuning section
+#: tries others).
+NUM_WARPS = 4
 
 
 @triton.jit

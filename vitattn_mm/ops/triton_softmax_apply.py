@@ -20,6 +20,9 @@ import triton.language as tl
 from .triton_tiles import head_tile, online_softmax_step, program_rows
 
 BLOCK = 64
+#: Warps per program (Triton's default; the GPU suite's tuning section
+#: tries others).
+NUM_WARPS = 4
 
 
 @triton.jit
