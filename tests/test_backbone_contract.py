@@ -170,6 +170,54 @@ def test_stochastic_depth_grows_linearly_over_every_block(name):
     assert rates == pytest.approx(linear_drop_path_rates(0.2, len(rates)))
 
 
+@pytest.mark.parametrize('name', registered_backbones())
+def test_stage_specs_describe_what_was_built(name):
+    """Each stage is built from its description (``stage_specs``, one
+    ``StageSpec`` per stage): as many blocks as it lists, each attention of
+    the class its config names with the backend it was given, each block's
+    drop-path rate from it; and the least input size read off the specs
+    alone is the one the model reports."""
+    from vitattn_mm.models.attentions import attention_class
+    from vitattn_mm.models.backbones.stage_spec import StageSpec
+    model = build_tiny(name, drop_path_rate=0.2, attn_backend='eager')
+    assert len(model.stage_specs) == len(model.stages)
+    for spec, stage in zip(model.stage_specs, model.stages):
+        assert isinstance(spec, StageSpec)
+        assert spec.depth == len(stage.blocks)
+        for cfg, rate, block in zip(spec.block_cfgs('eager'),
+                                    spec.drop_path_rates, stage.blocks):
+            assert isinstance(block.attn, attention_class(cfg['type']))
+            if 'attn_backend' in cfg:
+                assert block.attn.inner.attn_backend == 'eager'
+            got = getattr(block.drop_path, 'drop_prob', 0.)
+            assert float(got) == pytest.approx(rate)
+    assert [spec.min_grid() for spec in model.stage_specs] == model.min_grids
+
+
+def test_a_stage_spec_refuses_what_its_attentions_cannot_take():
+    """A setting an attention cannot honour is refused by name when the
+    spec is read, before anything is built; a drop-path schedule that does
+    not match the blocks is refused."""
+    from functools import partial
+    from vitattn_mm.models.backbones.stage_spec import StageSpec
+    from vitattn_mm.models.layers.blocks import TransformerBlock
+    block = partial(TransformerBlock, 16)
+    spec = StageSpec(16, 2, (8, 8), [dict(type='WindowMSA', window_size=4)],
+                     [0.], block, settings=dict(sr_ratio=2))
+    with pytest.raises(ValueError, match='sr_ratio=2 cannot be honoured'):
+        spec.block_cfgs()
+    with pytest.raises(ValueError, match='2 drop-path rates'):
+        StageSpec(16, 2, (8, 8), [dict(type='WindowMSA', window_size=4)],
+                  [0., 0.1], block)
+    spec = StageSpec(16, 2, (8, 8), [dict(type='SpatialReductionAttention')],
+                     [0.], block, settings=dict(sr_ratio=4, attn_drop=0.))
+    assert spec.block_cfgs() == [dict(type='SpatialReductionAttention',
+                                      sr_ratio=4, attn_drop=0.)]
+    assert spec.context == dict(grid_size=(8, 8))
+    # The reduction's unpadded 4x4 stride-4 conv needs a whole kernel.
+    assert spec.min_grid() == 4
+
+
 def test_every_registered_backbone_has_a_tiny_arch():
     for name in registered_backbones():
         assert skeleton_of(getattr(backbones, name)) in SKELETONS

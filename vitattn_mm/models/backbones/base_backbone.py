@@ -12,7 +12,8 @@ that layout, once for every skeleton:
 * the arch zoo and the stock keywords that name arch settings
   (:meth:`resolve_arch`, :mod:`.arch`); the ``attn_cfgs`` grammar is the
   attentions' (:mod:`~vitattn_mm.models.attentions.cfgs`);
-* the blocks of a stage (:meth:`build_blocks`: its slice of the drop-path
+* the blocks of a stage, from its description (:meth:`build_stage_blocks`
+  and :class:`~.stage_spec.StageSpec`: its slice of the drop-path
   schedule, the attention built with what the skeleton knows);
 * the forward loop, which threads the attention state through every block
   and stage and hands its auxiliary losses to the task model; gradient
@@ -35,8 +36,7 @@ from mmengine.model import BaseModule, ModuleList
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ...ops import check_backend
-from ..attentions.base import (AttentionState, Grid, accepts,
-                               attention_class, build_attention, pass_on)
+from ..attentions.base import AttentionState, Grid, build_attention
 from ..attentions.cfgs import AttnCfgs
 from ..checkpoint.adapt import CheckpointLoading
 from ..layers.common import (InvalidArgument, check_type, freeze_module,
@@ -45,6 +45,7 @@ from .arch import ArchResolution
 from .conventions import PackageConventions
 from .input_size import InputSize
 from .layer_depth import LayerDepth
+from .stage_spec import StageSpec
 
 #: The modules of the skeletons (the classes that take ``attn_cfgs``).
 SKELETON_MODULES = ('swin', 'pvt', 'vit', 'cswin', 'l2vit')
@@ -75,9 +76,10 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
     arch with :meth:`resolve_arch` and its ``attn_cfgs`` with
     :func:`~vitattn_mm.models.attentions.cfgs.resolve_attn_cfgs`, calls
     ``super().__init__``, builds its stem ``patch_embed`` and
-    ``self.stages`` (blocks through :meth:`build_blocks`), adds output
-    norms with :meth:`add_output_norms`, and overrides the small hooks of
-    the forward loop where its layout needs it (:meth:`forward_stem`,
+    ``self.stages`` (each stage's blocks described by a
+    :class:`~.stage_spec.StageSpec`, built by :meth:`build_stage_blocks`),
+    adds output norms with :meth:`add_output_norms`, and overrides the
+    small hooks of the forward loop where its layout needs it (:meth:`forward_stem`,
     :meth:`close_stage`, :meth:`format_output`).
 
     Args:
@@ -164,7 +166,9 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
         # Dropout after position embeddings (skeletons with drop_rate set
         # it); no parameters.
         self.drop_after_pos = nn.Identity()
-        # The least grid side each stage's layers take (build_blocks).
+        # Each stage's description and the least grid side its layers
+        # take (build_stage_blocks).
+        self.stage_specs: List[Optional[StageSpec]] = [None] * num_stages
         self.min_grids = [1] * num_stages
         self._aux_losses: Optional[Dict[str, torch.Tensor]] = None
 
@@ -187,49 +191,23 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
         return tuple(sorted(set(result)))
 
     # ------------------------------------------------------------ building
-    def build_blocks(self,
-                     stage: int,
-                     cfgs: Sequence[dict],
-                     make_block: Callable[[int, nn.Module, float],
-                                          nn.Module],
-                     drop_path_rates: Sequence[float],
-                     context: Optional[dict] = None,
-                     settings: Optional[dict] = None,
-                     **defaults) -> ModuleList:
-        """The blocks of stage ``stage``, the one place they are built.
-
-        Block ``j`` gets the attention of ``cfgs[j]`` (with the skeleton's
-        ``settings`` its constructor takes, e.g. dropouts: a non-zero one it
-        cannot take raises; ``context``, e.g. the pretraining grid, to those
-        that take it; ``defaults`` such as ``embed_dims``) and
-        ``drop_path_rates[j]``, the stage's own slice of the network's
-        schedule (:func:`~vitattn_mm.models.layers.stage.drop_path_slices`):
-        ``make_block(j, attention, drop_path)``. Stages may be built in any
-        order. Records the least grid side the attentions take
-        (:attr:`min_input_size`).
-        """
-        if len(drop_path_rates) != len(cfgs):
-            raise ValueError(f'stage {stage}: {len(cfgs)} blocks, '
-                             f'{len(drop_path_rates)} drop-path rates')
+    def build_stage_blocks(self, index: int, spec: StageSpec) -> ModuleList:
+        """The blocks of stage ``index`` from its description, the one place
+        they are built: block ``j`` is ``spec.block(attention,
+        drop_path=spec.drop_path_rates[j], **spec.block_kwargs[j])`` with
+        the attention of ``spec.block_cfgs()[j]`` (the backbone's
+        ``attn_backend`` given to those with a fused op). Stages may be
+        built in any order. Keeps the spec (``stage_specs``) and the least
+        grid side its attentions take (:attr:`min_input_size`)."""
+        self.stage_specs[index] = spec
+        self.min_grids[index] = spec.min_grid()
         blocks = ModuleList()
-        for j, cfg in enumerate(cfgs):
-            cfg = dict(cfg)
-            attention = self.configured_attention(cfg)
-            pass_on(cfg, attention, **(settings or {}))
-            if accepts(attention, 'attn_backend'):
-                cfg.setdefault('attn_backend', self.attn_backend)
-            self.min_grids[stage] = max(
-                self.min_grids[stage],
-                attention_class(cfg['type']).min_grid(cfg))
-            attn = build_attention(cfg, context=context, **defaults)
-            blocks.append(make_block(j, attn, drop_path_rates[j]))
+        for j, cfg in enumerate(spec.block_cfgs(self.attn_backend)):
+            attn = build_attention(cfg, context=spec.context,
+                                   **spec.attention_defaults())
+            blocks.append(spec.block(attn, drop_path=spec.drop_path_rates[j],
+                                     **spec.block_kwargs[j]))
         return blocks
-
-    @staticmethod
-    def configured_attention(cfg: dict) -> type:
-        """The attention a config builds, seen through a wrapper (whose
-        keywords go to the attention inside)."""
-        return attention_class(cfg['type']).configured_class(cfg)
 
     def add_output_norms(self, widths: Sequence[int],
                          build: Callable[[int], nn.Module]) -> None:

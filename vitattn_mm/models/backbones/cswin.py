@@ -11,6 +11,7 @@ by default. Added for dense prediction: any input size (the official
 classifier takes one size only), NCHW outputs with a LayerNorm each, and
 loading of the official files.
 """
+import functools
 import re
 from collections import OrderedDict
 from typing import Sequence, Tuple, Union
@@ -28,6 +29,7 @@ from ..layers.stage import (Stage, drop_path_slices,
 from ..layers.common import to_2tuple_int
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
+from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
 
@@ -150,16 +152,14 @@ class AttnCSwinTransformer(StagedBackbone):
             dims = self.num_features[i]
             # The last stage attends over the whole map.
             split = split_sizes[i] if i < num_stages - 1 else None
-            blocks = self.build_blocks(
-                i, cfgs[i],
-                lambda j, attn, drop_path, dims=dims: TransformerBlock(
-                    dims, attn, ffn_ratio=mlp_ratio, drop_path=drop_path,
-                    ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg),
-                drop_paths[i],
-                context=dict(grid_size=grids[i], split_size=split),
+            blocks = self.build_stage_blocks(i, StageSpec(
+                dims, arch['num_heads'][i], grids[i], cfgs[i], drop_paths[i],
+                functools.partial(TransformerBlock, dims,
+                                  ffn_ratio=mlp_ratio, ffn_drop=drop_rate,
+                                  act_cfg=act_cfg, norm_cfg=norm_cfg),
+                qkv_bias=qkv_bias,
                 settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate),
-                embed_dims=dims, num_heads=arch['num_heads'][i],
-                qkv_bias=qkv_bias)
+                context=dict(grid_size=grids[i], split_size=split)))
             self.stages.append(
                 Stage(blocks, patch_embed=patch_embeds[i] if i else None))
         self.add_output_norms(self.num_features,

@@ -15,6 +15,7 @@ inside the stem, the downsampling layers and the window attention, cropped
 back), NCHW multi-scale outputs with a LayerNorm each, and a linear
 attention whose products run in fp32 under autocast.
 """
+import functools
 import re
 from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
@@ -35,6 +36,7 @@ from ..layers.pos_embed import ConditionalPositionEncoding
 from ..layers.stage import Stage, drop_path_slices
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
+from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
 
@@ -298,16 +300,17 @@ class L2ViT(StagedBackbone):
                                     norm_cfg=norm_cfg)
         self.stages = ModuleList()
         for i, depth in enumerate(depths):
-            blocks = self.build_blocks(
-                i, cfgs[i],
-                lambda j, attn, drop_path, i=i: L2ViTBlock(
-                    embed_dims[i], attn, local_window=j % 2 == 0,
-                    mlp_ratio=mlp_ratio, drop_path=drop_path,
-                    lcm_kernel_size=lcm_kernel_size, norm_cfg=norm_cfg),
+            blocks = self.build_stage_blocks(i, StageSpec(
+                embed_dims[i], arch['num_heads'][i], grids[i], cfgs[i],
                 drop_paths[i],
-                context=dict(grid_size=grids[i]),
-                embed_dims=embed_dims[i], num_heads=arch['num_heads'][i],
-                qkv_bias=qkv_bias)
+                functools.partial(L2ViTBlock, embed_dims[i],
+                                  mlp_ratio=mlp_ratio,
+                                  lcm_kernel_size=lcm_kernel_size,
+                                  norm_cfg=norm_cfg),
+                # Local windows in the even blocks, global in the odd.
+                block_kwargs=[dict(local_window=j % 2 == 0)
+                              for j in range(depth)],
+                qkv_bias=qkv_bias))
             self.stages.append(Stage(
                 blocks,
                 patch_embed=None if i == 0 else ConvDownsample(

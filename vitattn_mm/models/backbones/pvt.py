@@ -7,6 +7,7 @@ attention is chosen per stage or per block: by default PVT's
 :class:`~vitattn_mm.models.attentions.SpatialReductionAttention`, or any
 registered attention.
 """
+import functools
 import math
 import re
 from collections import OrderedDict
@@ -27,6 +28,7 @@ from ..layers.stage import (Stage, drop_path_slices,
                             init_linear_and_norm)
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
+from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
 #: Heads and MLP ratios shared by every PVT / PVTv2 variant; widths of all
@@ -193,22 +195,21 @@ class AttnPVT(StagedBackbone):
         # The first stage's patch embedding is the stem.
         self.patch_embed = patch_embeds[0]
         self.stages = ModuleList()
-        for i, depth in enumerate(depths):
-            blocks = self.build_blocks(
-                i, cfgs[i],
-                lambda j, attn, drop_path, i=i: TransformerBlock(
-                    embed_dims[i], attn, ffn_ratio=arch['mlp_ratios'][i],
-                    use_conv_ffn=use_conv_ffn, drop_path=drop_path,
-                    ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg),
-                drop_paths[i],
-                context=dict(grid_size=grids[i]),
+        for i in range(num_stages):
+            spec = StageSpec(
+                embed_dims[i], arch['num_heads'][i], grids[i], cfgs[i],
+                drop_paths[i], functools.partial(
+                    TransformerBlock, embed_dims[i],
+                    ffn_ratio=arch['mlp_ratios'][i],
+                    use_conv_ffn=use_conv_ffn, ffn_drop=drop_rate,
+                    act_cfg=act_cfg, norm_cfg=norm_cfg),
+                qkv_bias=qkv_bias,
                 # A reduction an attention cannot take raises; none is
                 # only given to those that take it.
                 settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate,
                               **(dict(sr_ratio=sr_ratios[i])
-                                 if sr_ratios[i] > 1 else {})),
-                embed_dims=embed_dims[i], num_heads=arch['num_heads'][i],
-                qkv_bias=qkv_bias)
+                                 if sr_ratios[i] > 1 else {})))
+            blocks = self.build_stage_blocks(i, spec)
             self.stages.append(Stage(
                 blocks,
                 patch_embed=patch_embeds[i] if i else None,

@@ -7,6 +7,7 @@ attention is chosen per stage or per block: by default Swin's
 (:class:`~vitattn_mm.models.attentions.WindowedAttention`), or any
 registered attention, in windows or over the whole map.
 """
+import functools
 import re
 from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
@@ -31,6 +32,7 @@ from ..layers.stage import (Stage, drop_path_slices,
                             init_linear_and_norm)
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
+from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
 #: Swin's attention in the stages that name none.
@@ -226,19 +228,16 @@ class AttnSwinTransformer(StagedBackbone):
         self.stages = ModuleList()
         for i, depth in enumerate(self.depths):
             dims = self.num_features[i]
-            block_cfgs = [self.window_settings(cfg, shift=j % 2 == 1)
-                          for j, cfg in enumerate(cfgs[i])]
-            blocks = self.build_blocks(
-                i, block_cfgs,
-                lambda j, attn, drop_path, dims=dims: TransformerBlock(
-                    dims, attn, ffn_ratio=mlp_ratio, drop_path=drop_path,
-                    ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg),
-                drop_paths[i],
-                context=dict(grid_size=grids[i]),
+            blocks = self.build_stage_blocks(i, StageSpec(
+                dims, self.num_heads[i], grids[i],
+                [self.window_settings(cfg, shift=j % 2 == 1)
+                 for j, cfg in enumerate(cfgs[i])], drop_paths[i],
+                functools.partial(TransformerBlock, dims,
+                                  ffn_ratio=mlp_ratio, ffn_drop=drop_rate,
+                                  act_cfg=act_cfg, norm_cfg=norm_cfg),
+                qkv_bias=qkv_bias,
                 settings=dict(qk_scale=qk_scale, attn_drop=attn_drop_rate,
-                              proj_drop=drop_rate),
-                embed_dims=dims, num_heads=self.num_heads[i],
-                qkv_bias=qkv_bias)
+                              proj_drop=drop_rate)))
             downsample = None
             if i < num_stages - 1:
                 downsample = CornerPatchMerging(

@@ -7,6 +7,7 @@ attention is chosen per block: by default
 registered attention. A plain ViT is staged by its blocks: stage ``i`` is
 block ``i``, as ``out_indices`` and ``frozen_stages`` count them.
 """
+import functools
 import math
 import re
 from collections import OrderedDict
@@ -31,6 +32,7 @@ from ..layers.stage import (Stage, drop_path_slices,
                             init_linear_and_norm)
 from ..checkpoint.pretrained import StateDict
 from .base_backbone import StagedBackbone
+from .stage_spec import StageSpec
 
 #: ViT's attention in the blocks that name none.
 VIT_ATTENTION = dict(type='MultiheadSelfAttention')
@@ -292,18 +294,15 @@ class AttnViT(StagedBackbone):
                         'token grid and cannot take a class token; set '
                         'with_cls_token=False')
         self.stages = ModuleList()
+        block = functools.partial(
+            TransformerBlock, embed_dims, ffn_ratio=mlp_ratio,
+            ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg)
         for i in range(depth):
-            self.stages.append(Stage(self.build_blocks(
-                i, cfgs[i],
-                lambda j, attn, drop_path: TransformerBlock(
-                    embed_dims, attn, ffn_ratio=mlp_ratio,
-                    drop_path=drop_path, ffn_drop=drop_rate, act_cfg=act_cfg,
-                    norm_cfg=norm_cfg),
-                drop_paths[i],
-                context=dict(grid_size=self.patch_resolution),
-                settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate),
-                embed_dims=embed_dims, num_heads=arch['num_heads'],
-                qkv_bias=qkv_bias)))
+            self.stages.append(Stage(self.build_stage_blocks(i, StageSpec(
+                embed_dims, arch['num_heads'], self.patch_resolution, cfgs[i],
+                drop_paths[i], block, qkv_bias=qkv_bias,
+                settings=dict(attn_drop=attn_drop_rate,
+                              proj_drop=drop_rate)))))
         if final_norm:
             self.ln1 = build_norm_layer(norm_cfg, embed_dims)[1]
         if out_norm:
