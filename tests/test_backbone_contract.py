@@ -191,6 +191,11 @@ def test_stage_specs_describe_what_was_built(name):
                 assert block.attn.inner.attn_backend == 'eager'
             got = getattr(block.drop_path, 'drop_prob', 0.)
             assert float(got) == pytest.approx(rate)
+        for j, block in enumerate(stage.blocks):
+            # What the converters read, off the spec: the built attention.
+            attn = block.attn
+            assert spec.block_attention(j) == (type(attn.inner).__name__,
+                                               attn.inner is not attn)
     assert [spec.min_grid() for spec in model.stage_specs] == model.min_grids
 
 

@@ -216,10 +216,9 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
             self.add_module(f'norm{i}', build(widths[i]))
 
     def block_attention(self, stage: int, block: int) -> Tuple[str, bool]:
-        """The attention of a block, by registered class name, and whether
-        it runs inside the window wrapper."""
-        attn = self.stages[stage].blocks[block].attn
-        return type(attn.inner).__name__, attn.inner is not attn
+        """The attention of a block, by class name, and whether it runs
+        inside the window wrapper: read off the stage's spec."""
+        return self.stage_specs[stage].block_attention(block)
 
     # ------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor) -> tuple:

@@ -10,7 +10,7 @@ attentions alone (the least grid they take, the configs they are built
 from) is read off the spec, without building a module.
 """
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import torch.nn as nn
 
@@ -84,6 +84,15 @@ class StageSpec:
                 cfg.setdefault('attn_backend', attn_backend)
             cfgs.append(cfg)
         return cfgs
+
+    def block_attention(self, block: int) -> Tuple[str, bool]:
+        """Block ``block``'s attention, by class name, and whether it runs
+        inside the window wrapper (what an official block's tensors
+        convert by)."""
+        cfg = self.attn_cfgs[block]
+        outer = attention_class(cfg['type'])
+        inner = outer.configured_class(cfg)
+        return inner.__name__, inner is not outer
 
     def min_grid(self) -> int:
         """The least grid side the stage's attentions take."""
