@@ -16,6 +16,7 @@ import vitattn_mm
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DOCS = ['docs/design.md', 'docs/adding_an_attention.md',
+        'docs/adding_a_skeleton.md',
         'docs/fused_attention.md']
 #: Where a relative path in the docs may start.
 BASES = ['', 'vitattn_mm', 'vitattn_mm/models', 'vitattn_mm/models/attentions',
