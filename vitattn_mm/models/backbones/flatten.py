@@ -11,7 +11,7 @@ prediction adds is the skeletons': any input size, NCHW multi-scale
 outputs, and the official files loading through every loader.
 """
 import re
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import torch
 
@@ -130,10 +130,16 @@ class FLattenPVT(AttnPVT):
         focusing_factor (float): p of the focusing function. Default: 3.
         kernel_size (int): Depthwise conv kernel of the attention.
             Default: 5.
+        sr_ratios (Sequence[int]): Spatial reduction per stage (none in
+            the released models). Default: (1, 1, 1, 1).
+        paddings (Sequence[int | str]): Patch embedding paddings.
+            Default: ('corner', ) * 4.
+        out_norm (bool): A LayerNorm on every output. Default: True.
+        patch_norm_cfg (dict): Norm of the patch embeddings.
+            Default: ``dict(type='LN')``.
         **kwargs: :class:`AttnPVT` arguments (mmdet's ``num_layers``,
-            ``embed_dims`` ..., ``pretrain_img_size``, ``sr_ratios``
-            (default 1 everywhere), ``drop_path_rate``, ``out_indices``,
-            ``out_norm`` (default True), ``with_cp``, ``frozen_stages``,
+            ``embed_dims`` ..., ``pretrain_img_size``, ``drop_path_rate``,
+            ``out_indices``, ``with_cp``, ``frozen_stages``,
             ``init_cfg``...).
     """
     converter_command = 'tools/model_converters/flatten2vitattn.py'
@@ -142,14 +148,16 @@ class FLattenPVT(AttnPVT):
                  arch: Union[str, dict] = 'tiny',
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
+                 sr_ratios: Sequence[int] = (1, 1, 1, 1),
+                 paddings: Sequence[Union[int, str]] = ('corner', ) * 4,
+                 out_norm: bool = True,
+                 patch_norm_cfg: dict = dict(type='LN'),
                  **kwargs):
         kwargs['attn_cfgs'] = family_attn_cfgs(
             type(self), kwargs, focused_linear(focusing_factor, kernel_size))
-        for key, value in dict(sr_ratios=(1, 1, 1, 1),
-                               paddings=('corner', ) * 4, out_norm=True,
-                               patch_norm_cfg=dict(type='LN')).items():
-            kwargs.setdefault(key, value)
-        super().__init__(arch=arch, **kwargs)
+        super().__init__(arch=arch, sr_ratios=sr_ratios, paddings=paddings,
+                         out_norm=out_norm, patch_norm_cfg=patch_norm_cfg,
+                         **kwargs)
 
 
 @register_model
@@ -159,13 +167,18 @@ class FLattenPVTv2(FLattenPVT, AttnPVTv2):
     :class:`AttnPVTv2` (overlapping patch embeddings, a depthwise conv in
     every FFN, a norm closing every stage) with
     :class:`FocusedLinearAttention`. Arguments as :class:`FLattenPVT`; arch
-    'b0' ... 'b4'.
+    'b0' ... 'b4', PVTv2's overlapping patch embeddings' paddings
+    (default (3, 1, 1, 1)) and no output norm by default (each stage's
+    closing norm is one).
     """
 
-    def __init__(self, arch: Union[str, dict] = 'b0', **kwargs):
-        kwargs.setdefault('paddings', (3, 1, 1, 1))
-        kwargs.setdefault('out_norm', False)
-        super().__init__(arch=arch, **kwargs)
+    def __init__(self,
+                 arch: Union[str, dict] = 'b0',
+                 paddings: Sequence[Union[int, str]] = (3, 1, 1, 1),
+                 out_norm: bool = False,
+                 **kwargs):
+        super().__init__(arch=arch, paddings=paddings, out_norm=out_norm,
+                         **kwargs)
 
 
 @register_model
@@ -244,6 +257,14 @@ class FLattenDeiT(AttnViT):
         focusing_factor (float): p of the focusing function. Default: 3.
         kernel_size (int): Depthwise conv kernel of the attention.
             Default: 5.
+        with_cls_token (bool): No class token (the attention works on the
+            token grid). Default: False.
+        final_norm (bool): Default: False (each output has its own norm).
+        out_norm (bool): A LayerNorm on every output. Default: True.
+        norm_cfg (dict): Default: ``dict(type='LN', eps=1e-6)`` (DeiT's).
+        patch_bias (bool): Bias of the patch embedding. Default: True.
+        interpolate_mode (str): How the position embedding is resized.
+            Default: 'bilinear'.
         **kwargs: :class:`AttnViT` arguments (``patch_size``, ``img_size``,
             ``qkv_bias``, ``out_indices``, ``out_type``,
             ``drop_path_rate``, ``with_cp``, ``frozen_stages``,
@@ -259,16 +280,19 @@ class FLattenDeiT(AttnViT):
                  arch: Union[str, dict] = 'tiny',
                  focusing_factor: float = 3,
                  kernel_size: int = 5,
+                 with_cls_token: bool = False,
+                 final_norm: bool = False,
+                 out_norm: bool = True,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 patch_bias: bool = True,
+                 interpolate_mode: str = 'bilinear',
                  **kwargs):
         kwargs['attn_cfgs'] = family_attn_cfgs(
             type(self), kwargs, focused_linear(focusing_factor, kernel_size))
-        for key, value in dict(with_cls_token=False, final_norm=False,
-                               out_norm=True,
-                               norm_cfg=dict(type='LN', eps=1e-6),
-                               patch_bias=True,
-                               interpolate_mode='bilinear').items():
-            kwargs.setdefault(key, value)
-        super().__init__(arch=arch, **kwargs)
+        super().__init__(
+            arch=arch, with_cls_token=with_cls_token, final_norm=final_norm,
+            out_norm=out_norm, norm_cfg=norm_cfg, patch_bias=patch_bias,
+            interpolate_mode=interpolate_mode, **kwargs)
 
 
 # ------------------------------------------------ official block converters

@@ -169,12 +169,17 @@ class LessAttnViT(AttnViT):
         pretrain_img_size (int | tuple[int, int]): Sizes the learned
             position embedding and the dense transform (``img_size``).
             Default: 224.
+        with_cls_token (bool): Default: False (no class token).
+        final_norm (bool): Default: False (each output has its norm).
+        out_norm (bool): A norm per output (``norm{i}``). Default: True.
+        norm_cfg (dict): Default: ``dict(type='LN')`` (eps 1e-5).
+        patch_bias (bool): Bias of the patch embedding. Default: True.
+        interpolate_mode (str): How position tables are resized.
+            Default: 'bilinear'.
         **kwargs: The other :class:`AttnViT` arguments (``patch_embed``,
             ``pos_embed``, ``out_indices``, ``out_type``,
             ``drop_path_rate``, ``with_cp``, ``frozen_stages``,
-            ``init_cfg``, ...). Defaults: no class token, no final norm, a
-            norm per output (``norm{i}``), LayerNorm eps 1e-5, bilinear
-            position resizing.
+            ``init_cfg``, ...).
     """
     arch_zoo = {
         ('t', 'tiny', 'ti', 'deit-t', 'deit-tiny'):
@@ -196,6 +201,12 @@ class LessAttnViT(AttnViT):
                  dp_loss_weight: float = 0.1,
                  dp_loss_form: str = 'bounded',
                  pretrain_img_size: Union[int, Tuple[int, int]] = 224,
+                 with_cls_token: bool = False,
+                 final_norm: bool = False,
+                 out_norm: bool = True,
+                 norm_cfg: dict = dict(type='LN'),
+                 patch_bias: bool = True,
+                 interpolate_mode: str = 'bilinear',
                  **kwargs):
         pretrain_img_size = pretrain_input_size(kwargs.pop('img_size', None),
                                                 pretrain_img_size)
@@ -213,14 +224,12 @@ class LessAttnViT(AttnViT):
                 dict(type='VanillaAttention'), less)
             return [[layer] for layer in layers]
 
-        for key, value in dict(with_cls_token=False, final_norm=False,
-                               out_norm=True, norm_cfg=dict(type='LN'),
-                               patch_bias=True,
-                               interpolate_mode='bilinear').items():
-            kwargs.setdefault(key, value)
         super().__init__(
             arch=arch, attn_cfgs=family_attn_cfgs(type(self), kwargs, plan),
-            img_size=pretrain_img_size, **kwargs)
+            img_size=pretrain_img_size, with_cls_token=with_cls_token,
+            final_norm=final_norm, out_norm=out_norm, norm_cfg=norm_cfg,
+            patch_bias=patch_bias, interpolate_mode=interpolate_mode,
+            **kwargs)
 
 
 @register_model

@@ -109,6 +109,13 @@ class MSFViT(AttnViT):
             projection (the official model has none). Default: False.
         fused (bool): Fused attention kernel. Default: True.
         pos_embed (str): 'sincos' or 'learned'. Default: 'sincos'.
+        patch_embed (str): Default: 'pixel_norm' (Simple ViT's).
+        with_cls_token (bool): Default: False (Simple ViT has none).
+        final_norm (bool): Default: False (each output has its norm).
+        out_norm (bool): A LayerNorm per output. Default: True.
+        norm_cfg (dict): Default: ``dict(type='LN')``.
+        interpolate_mode (str): How a learned position table is resized.
+            Default: 'bilinear'.
         **kwargs: :class:`AttnViT` arguments (``patch_size``,
             ``mlp_ratio``, ``pretrain_img_size``, ``out_indices``,
             ``out_type``, ``drop_path_rate``, ``with_cp``,
@@ -133,6 +140,12 @@ class MSFViT(AttnViT):
                  qkv_bias: bool = False,
                  fused: bool = True,
                  pos_embed: str = 'sincos',
+                 patch_embed: str = 'pixel_norm',
+                 with_cls_token: bool = False,
+                 final_norm: bool = False,
+                 out_norm: bool = True,
+                 norm_cfg: dict = dict(type='LN'),
+                 interpolate_mode: str = 'bilinear',
                  **kwargs):
         kwargs['attn_cfgs'] = family_attn_cfgs(
             type(self), kwargs,
@@ -142,13 +155,11 @@ class MSFViT(AttnViT):
                  group_mode=group_mode,
                  proj_bias=qkv_bias,
                  fused=fused))
-        for key, value in dict(patch_embed='pixel_norm', with_cls_token=False,
-                               final_norm=False, out_norm=True,
-                               norm_cfg=dict(type='LN'),
-                               interpolate_mode='bilinear').items():
-            kwargs.setdefault(key, value)
         super().__init__(
-            arch=arch, qkv_bias=qkv_bias, pos_embed=pos_embed, **kwargs)
+            arch=arch, qkv_bias=qkv_bias, pos_embed=pos_embed,
+            patch_embed=patch_embed, with_cls_token=with_cls_token,
+            final_norm=final_norm, out_norm=out_norm, norm_cfg=norm_cfg,
+            interpolate_mode=interpolate_mode, **kwargs)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
