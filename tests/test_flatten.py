@@ -596,3 +596,21 @@ def test_a_whole_map_file_loads_strictly_into_the_windowed_model(tmp_path):
                        match=r'stages\.0\.blocks\.0\.attn\.w_msa\.kv\.weight'):
         load_pretrained(build_tiny('FLattenSwinTransformer',
                                    flatten_window_size=56), path)
+
+
+def test_the_leading_stages_plan_is_a_value():
+    """FLatten's plan is a named value (compared, printed, called with the
+    arch and grids), not a closure: windows clipped to each stage's grid,
+    the skeleton's own attention (None) after the FLatten stages."""
+    from vitattn_mm.models.backbones.flatten import (LeadingStagesPlan,
+                                                     focused_linear)
+    plan = LeadingStagesPlan(focused_linear(3, 5), 2, window_size=56)
+    assert plan == LeadingStagesPlan(focused_linear(3, 5), 2, 56)
+    assert 'num_flatten_stages=2' in repr(plan)
+    stages = plan(dict(depths=[2, 2, 6, 2]), [(56, 56), (28, 28), (14, 14),
+                                              (7, 7)])
+    assert [s and s['window_size'] for s in stages] == [(56, 56), (28, 28),
+                                                         None, None]
+    assert stages[0]['window_msa'] == 'FocusedLinearAttention'
+    with pytest.raises(ValueError, match='num_flatten_stages must be in'):
+        LeadingStagesPlan(focused_linear(3, 5), 5)(dict(depths=[1] * 4), [])

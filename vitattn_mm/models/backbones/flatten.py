@@ -11,6 +11,7 @@ prediction adds is the skeletons': any input size, NCHW multi-scale
 outputs, and the official files loading through every loader.
 """
 import re
+from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
 import torch
@@ -33,31 +34,40 @@ def focused_linear(focusing_factor: float, kernel_size: int,
                 **kwargs)
 
 
-def flatten_in_leading_stages(attention: dict, num_flatten_stages: int,
-                              window_size: Optional[int] = None):
-    """The plan of FLatten's hierarchical models: ``attention`` in the
-    first ``num_flatten_stages`` stages, the skeleton's own attention in
-    the others. With ``window_size`` the FLatten stages run in unshifted
+@dataclass(frozen=True)
+class LeadingStagesPlan:
+    """The plan of FLatten's hierarchical models (an ``attn_cfgs`` callable,
+    ``plan(arch, grids)``): ``attention`` in the first
+    ``num_flatten_stages`` stages, the skeleton's own attention in the
+    others. With ``window_size`` the FLatten stages run in unshifted
     windows of that size, each clipped to the stage's pretraining grid as
     in the official code (56 gives 56 in stage 1 and 28 in stage 2 at
-    224)."""
+    224).
 
-    def plan(arch: dict, grids: list) -> list:
-        num_stages = len(arch['depths'])
-        if not 0 <= num_flatten_stages <= num_stages:
+    Args:
+        attention (dict): The FLatten attention's config.
+        num_flatten_stages (int): Leading stages that take it.
+        window_size (int, optional): Their window; None attends over the
+            whole map. Default: None.
+    """
+    attention: dict
+    num_flatten_stages: int
+    window_size: Optional[int] = None
+
+    def __call__(self, arch: dict, grids: list) -> list:
+        num_stages, count = len(arch['depths']), self.num_flatten_stages
+        if not 0 <= count <= num_stages:
             raise ValueError(f'num_flatten_stages must be in 0..{num_stages}'
-                             f', got {num_flatten_stages}')
-        stages = [attention] * num_flatten_stages + [None] * (
-            num_stages - num_flatten_stages)
-        if window_size is not None:
-            for i in range(num_flatten_stages):
+                             f', got {count}')
+        stages = [self.attention] * count + [None] * (num_stages - count)
+        if self.window_size is not None:
+            for i in range(count):
                 stages[i] = dict(
-                    attention, type='WindowedAttention',
-                    window_msa=attention['type'], shift=False,
-                    window_size=tuple(min(window_size, g) for g in grids[i]))
+                    self.attention, type='WindowedAttention',
+                    window_msa=self.attention['type'], shift=False,
+                    window_size=tuple(min(self.window_size, g)
+                                      for g in grids[i]))
         return stages
-
-    return plan
 
 
 @register_model
@@ -105,7 +115,7 @@ class FLattenSwinTransformer(AttnSwinTransformer):
                  kernel_size: int = 5,
                  **kwargs):
         kwargs['attn_cfgs'] = family_attn_cfgs(
-            type(self), kwargs, flatten_in_leading_stages(
+            type(self), kwargs, LeadingStagesPlan(
                 focused_linear(focusing_factor, kernel_size),
                 num_flatten_stages, flatten_window_size))
         super().__init__(arch=arch, **kwargs)
@@ -223,7 +233,7 @@ class FLattenCSwinTransformer(AttnCSwinTransformer):
                  kernel_size: int = 5,
                  **kwargs):
         kwargs['attn_cfgs'] = family_attn_cfgs(
-            type(self), kwargs, flatten_in_leading_stages(
+            type(self), kwargs, LeadingStagesPlan(
                 focused_linear(focusing_factor, kernel_size, lepe=True),
                 num_flatten_stages))
         super().__init__(arch=arch, **kwargs)

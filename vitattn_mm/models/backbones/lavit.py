@@ -7,6 +7,7 @@ are :mod:`vitattn_mm.models.attentions.less_attention`; this file holds the
 arch zoos and where the layers go in PVT (LaViT), a plain ViT and Swin.
 See ``docs/lavit.md`` for every decision and deviation.
 """
+from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
 
 from ...registry import register_model
@@ -18,6 +19,119 @@ from .base_backbone import family_attn_cfgs
 from .pvt import PVT_WIDTHS, AttnPVT
 from .swin import AttnSwinTransformer
 from .vit import NO_CLS_TOKEN_CONVENTIONS, AttnViT
+
+
+# --------------------------------------------------------------- the plans
+# Each family's ``attn_cfgs`` callable, ``plan(arch, grids)``: where its VA
+# and LA layers go, given the resolved arch.
+
+
+@dataclass(frozen=True)
+class LaViTPlan:
+    """LaViT's layers in PVT: per stage, VA layers up to the arch's
+    ``la_start`` (0: none), then LA layers (``less``), with an attention
+    residual in the first layer of every stage after the first.
+
+    Args:
+        less (dict): The LA layers' config (:func:`less_attention_cfg`).
+        less_attention (bool): Build LA layers. Default: True.
+        attn_residual (bool): Attention Residual between stages.
+            Default: True.
+        ar_layer_scale_init (float): Its initial LayerScale. Default: 0.1.
+    """
+    less: dict
+    less_attention: bool = True
+    attn_residual: bool = True
+    ar_layer_scale_init: float = 0.1
+
+    def __call__(self, arch: dict, grids: list) -> list:
+        depths = arch['depths']
+        residual = attention_residuals(
+            'conv', arch['num_heads'],
+            self.ar_layer_scale_init) if self.attn_residual else None
+        return less_attention_layers(
+            depths, arch['la_start'] if self.less_attention else
+            [0] * len(depths), dict(type='VanillaAttention'), self.less,
+            residual)
+
+
+@dataclass(frozen=True)
+class LessAttnViTPlan:
+    """Less-Attention in a plain ViT: VA blocks before ``la_start`` (the
+    arch's when None), LA blocks from it; one stage per block.
+
+    Args:
+        less (dict): The LA layers' config.
+        la_start (int, optional): 1-based index of the first LA block.
+            Default: None.
+        less_attention (bool): Build LA layers. Default: True.
+    """
+    less: dict
+    la_start: Optional[int] = None
+    less_attention: bool = True
+
+    def __call__(self, arch: dict, grids: list) -> list:
+        start = arch.get('la_start') if self.la_start is None else \
+            self.la_start
+        if start is None:
+            raise ValueError('give la_start (the first LA block, '
+                             '1-based) with a custom arch')
+        layers, = less_attention_layers(
+            [arch['depth']], [start if self.less_attention else 0],
+            dict(type='VanillaAttention'), self.less)
+        return [[layer] for layer in layers]
+
+
+@dataclass(frozen=True)
+class LessAttnSwinPlan:
+    """Less-Attention in Swin's windows: VA layers (Swin's shift
+    alternation) up to each stage's ``la_start``, then window LA layers
+    that keep the shift of the stage's last VA layer, with a window
+    attention residual in the first layer of every stage after the first.
+
+    Args:
+        less (dict): The LA layers' config (unwindowed).
+        window_size (int): Window side.
+        la_start (tuple[int], optional): Per stage, the first LA layer
+            (1-based, 0: none); the arch's when None. Default: None.
+        less_attention (bool): Build LA layers. Default: True.
+        attn_residual (bool): Attention Residual between stages.
+            Default: True.
+        ar_layer_scale_init (float): Its initial LayerScale. Default: 0.1.
+    """
+    less: dict
+    window_size: int
+    la_start: Optional[Tuple[int, ...]] = None
+    less_attention: bool = True
+    attn_residual: bool = True
+    ar_layer_scale_init: float = 0.1
+
+    def __call__(self, arch: dict, grids: list) -> list:
+        window = dict(type='WindowedAttention', window_size=self.window_size)
+        less = dict(self.less)
+        less = dict(window, window_msa=less.pop('type'), **less)
+        depths, heads = arch['depths'], arch['num_heads']
+        start = arch.get('la_start') if self.la_start is None else \
+            list(self.la_start)
+        if start is None or len(start) != len(depths):
+            raise ValueError(f'la_start needs one entry per stage '
+                             f'({len(depths)}), got {start}')
+        if not self.less_attention:
+            start = [0] * len(depths)
+        vanilla = [[
+            dict(window, window_msa='VanillaAttention', shift=j % 2 == 1)
+            for j in range(depth)
+        ] for depth in depths]
+        residual = attention_residuals(
+            'window', heads,
+            self.ar_layer_scale_init) if self.attn_residual else None
+        layers = less_attention_layers(depths, start, vanilla, less,
+                                       residual)
+        for stage, first in zip(layers, start):
+            if first:  # LA layers keep the windows of the last VA layer
+                for cfg in stage[first - 1:]:
+                    cfg['shift'] = stage[first - 2]['shift']
+        return layers
 
 
 @register_model
@@ -111,20 +225,11 @@ class LaViT(AttnPVT):
                 'the attention residual needs the same key grid in every '
                 'stage: each sr_ratio must halve the previous one, e.g. '
                 f'(8, 4, 2, 1); got {tuple(sr_ratios)}')
-        less = less_attention_cfg(la_transform, la_kernel_size,
-                                  pretrain_img_size, dp_loss_weight,
-                                  dp_loss_form)
-
-        def plan(arch: dict, grids: list) -> list:
-            depths = arch['depths']
-            residual = attention_residuals(
-                'conv', arch['num_heads'],
-                ar_layer_scale_init) if attn_residual else None
-            return less_attention_layers(
-                depths, arch['la_start'] if less_attention else
-                [0] * len(depths), dict(type='VanillaAttention'), less,
-                residual)
-
+        plan = LaViTPlan(
+            less_attention_cfg(la_transform, la_kernel_size,
+                               pretrain_img_size, dp_loss_weight,
+                               dp_loss_form), less_attention, attn_residual,
+            ar_layer_scale_init)
         super().__init__(
             arch=arch,
             attn_cfgs=family_attn_cfgs(type(self), kwargs, plan),
@@ -210,20 +315,10 @@ class LessAttnViT(AttnViT):
                  **kwargs):
         pretrain_img_size = pretrain_input_size(kwargs.pop('img_size', None),
                                                 pretrain_img_size)
-        less = less_attention_cfg(la_transform, la_kernel_size,
-                                  pretrain_img_size, dp_loss_weight,
-                                  dp_loss_form)
-
-        def plan(arch: dict, grids: list) -> list:
-            start = arch.get('la_start') if la_start is None else la_start
-            if start is None:
-                raise ValueError('give la_start (the first LA block, '
-                                 '1-based) with a custom arch')
-            layers, = less_attention_layers(
-                [arch['depth']], [start if less_attention else 0],
-                dict(type='VanillaAttention'), less)
-            return [[layer] for layer in layers]
-
+        plan = LessAttnViTPlan(
+            less_attention_cfg(la_transform, la_kernel_size,
+                               pretrain_img_size, dp_loss_weight,
+                               dp_loss_form), la_start, less_attention)
         super().__init__(
             arch=arch, attn_cfgs=family_attn_cfgs(type(self), kwargs, plan),
             img_size=pretrain_img_size, with_cls_token=with_cls_token,
@@ -295,34 +390,11 @@ class LessAttnSwinTransformer(AttnSwinTransformer):
                  dp_loss_form: str = 'bounded',
                  window_size: int = 7,
                  **kwargs):
-        window = dict(type='WindowedAttention', window_size=window_size)
-        less = less_attention_cfg(la_transform, la_kernel_size, window_size,
-                                  dp_loss_weight, dp_loss_form)
-        less = dict(window, window_msa=less.pop('type'), **less)
-
-        def plan(arch: dict, grids: list) -> list:
-            depths, heads = arch['depths'], arch['num_heads']
-            start = arch.get('la_start') if la_start is None else \
-                list(la_start)
-            if start is None or len(start) != len(depths):
-                raise ValueError(f'la_start needs one entry per stage '
-                                 f'({len(depths)}), got {start}')
-            if not less_attention:
-                start = [0] * len(depths)
-            vanilla = [[
-                dict(window, window_msa='VanillaAttention', shift=j % 2 == 1)
-                for j in range(depth)
-            ] for depth in depths]
-            residual = attention_residuals(
-                'window', heads, ar_layer_scale_init) if attn_residual else None
-            layers = less_attention_layers(depths, start, vanilla, less,
-                                           residual)
-            for stage, first in zip(layers, start):
-                if first:  # LA layers keep the windows of the last VA layer
-                    for cfg in stage[first - 1:]:
-                        cfg['shift'] = stage[first - 2]['shift']
-            return layers
-
+        plan = LessAttnSwinPlan(
+            less_attention_cfg(la_transform, la_kernel_size, window_size,
+                               dp_loss_weight, dp_loss_form), window_size,
+            None if la_start is None else tuple(la_start), less_attention,
+            attn_residual, ar_layer_scale_init)
         super().__init__(
             arch=arch, attn_cfgs=family_attn_cfgs(type(self), kwargs, plan),
             window_size=window_size, **kwargs)
