@@ -1143,13 +1143,30 @@ def run_tuning(ctx: 'Context') -> Table:
     return table
 
 
+def best_settings(table: Table) -> List[dict]:
+    """Per family and kernel module, its fastest measured setting (the
+    row), where one was measured."""
+    best: Dict[Tuple[str, str], dict] = {}
+    for r in table.rows:
+        if r['status'] != 'ok' or not r.get('step_ms'):
+            continue
+        key = (r['model'], r['module'])
+        if key not in best or r['step_ms'] < best[key]['step_ms']:
+            best[key] = r
+    return list(best.values())
+
+
 def tuning_markdown(table: Table) -> str:
     rows = [[r['model'], r['module'], r['setting'], _fmt(r.get('step_ms'), 1),
              bold(_fmt(r.get('speed_ratio'))),
              r['note'] if r['status'] != 'ok' else '']
             for r in table.rows]
-    return markdown(['family', 'kernels', 'setting', 'step ms',
-                     'speed vs own', 'note'], rows)
+    lines = [markdown(['family', 'kernels', 'setting', 'step ms',
+                       'speed vs own', 'note'], rows), '']
+    lines += [f"Best for {r['model']} / {r['module']}: {r['setting']} "
+              f"({_fmt(r.get('speed_ratio'))}x its own setting)"
+              for r in best_settings(table)]
+    return '\n'.join(lines)
 
 
 # ---------------------------------------------------------------- numerics

@@ -274,3 +274,20 @@ def test_launch_settings_are_set_inside_and_restored_after():
     used = {m for modules in suite.FUSED_MODULES.values() for m in modules}
     assert used == set(suite.TUNING_GRID)
     assert set(suite.FUSED_MODULES) == {s.label for s in suite.FAMILIES}
+
+
+def test_tuning_names_the_best_setting_of_each_module(tmp_path):
+    """The tuning table ends with each family's fastest measured setting
+    per kernel module (failed rows left out)."""
+    table = suite.Table('tuning', suite.TUNING_COLUMNS, str(tmp_path))
+    for setting, ms, status in (('BLOCK_N=32 NUM_WARPS=4', 60., 'ok'),
+                                ('BLOCK_N=16 NUM_WARPS=8', 50., 'ok'),
+                                ('BLOCK_N=64 NUM_WARPS=8', None, 'error')):
+        table.add(model='FLatten-Swin-T', module='triton_linear_attention',
+                  setting=setting, status=status, step_ms=ms,
+                  speed_ratio=ms and 60. / ms, note='')
+    best = suite.best_settings(table)
+    assert [r['setting'] for r in best] == ['BLOCK_N=16 NUM_WARPS=8']
+    text = suite.tuning_markdown(table)
+    assert ('Best for FLatten-Swin-T / triton_linear_attention: '
+            'BLOCK_N=16 NUM_WARPS=8 (1.20x its own setting)') in text
