@@ -281,3 +281,22 @@ def test_compile_backbone_switch_trains_and_tests(demo_data, tmp_path):
                  '--compile-backbone', 'eager')
     log = result.stdout + result.stderr
     assert 'backbone compiled' in log and 'coco/bbox_mAP' in log
+
+
+def test_describe_backbone_prints_each_stage_from_its_spec():
+    """tools/describe_backbone.py: a model's stages as its specs describe
+    them (widths, heads, grids, the attention of every block in runs, the
+    drop-path slice, the least grid), its parameters and least input."""
+    result = run(sys.executable, 'tools/describe_backbone.py', 'LaViT:small')
+    rows = [line for line in result.stdout.splitlines()
+            if re.match(r'\| \d \|', line)]
+    assert len(rows) == 4
+    assert '| 2 | 320 | 5 | 14x14 | 6 | 2 x VanillaAttention, 4 x ' \
+        'LessAttention |' in rows[2]
+    assert 'LaViT: 22.10 M parameters, inputs of at least 1x1' in \
+        result.stdout
+    result = run(sys.executable, 'tools/describe_backbone.py',
+                 '{"type": "AttnPVT", "arch": "tiny"}')
+    assert '| 0 | 64 | 1 | 56x56 | 2 | 2 x SpatialReductionAttention |' \
+        in result.stdout
+    assert 'inputs of at least 32x32 pixels' in result.stdout
