@@ -982,8 +982,8 @@ def top_kernels(model: nn.Module, device: torch.device, shape: Shape,
         if device.type == 'cuda':
             us = getattr(event, 'self_device_time_total',
                          getattr(event, 'self_cuda_time_total', 0))
-            # Kernels only: the ops that launch them have no self time
-            # on the device.
+            # Kernels only: the ops that launch them carry their kernels'
+            # device time too, and would count it twice.
             if event.device_type != torch.autograd.DeviceType.CUDA:
                 continue
         else:

@@ -6,8 +6,9 @@ over the key grid, then by one over the query grid (the two convolutions of
 :class:`~vitattn_mm.models.attentions.less_attention.transforms.ConvAttentionTransform`;
 its 1x1 head mix stays a convolution). Eagerly that is two convolutions per
 head, with a slice and a stack around them; the op is one pass over the map
-per convolution (two forward, three backward), without them. As :mod:`.linear_attention`: the eager composition is the
-reference and the CPU path, the shape function serves ``torch.compile``
+per convolution (two forward, three backward), without them. As
+:mod:`.linear_attention`: the eager composition is the reference and the
+CPU path, the shape function serves ``torch.compile``
 and the cost model, the kernels (:mod:`.triton_score_conv`) run on CUDA
 (and on the CPU under ``TRITON_INTERPRET=1``).
 """
@@ -64,20 +65,21 @@ def _grid(tk, logits):
     return (B * h, -(-Nq // tk.BLOCK_Q), -(-Nk // tk.BLOCK_K))
 
 
-def _conv_pass(src, dst, weight, query_hw, key_hw, over_keys, mirror=False,
-               grad=None, grad_source=None, weight_grad=None):
+def _conv_pass(src, dst, weight, query_hw, key_hw, over_keys,
+               forward_input=None, weight_grad=None):
     """One depthwise conv of every map (:func:`conv_pass_kernel`): ``dst``
-    from ``src``; with ``grad`` also ``weight_grad`` (fp32, added to)."""
+    from ``src``. With ``forward_input`` it is the transposed conv of the
+    gradient ``src`` of a conv that read ``forward_input``, and adds that
+    conv's weight gradient to ``weight_grad`` (fp32)."""
     tk = _kernels()
-    B, h, Nq, Nk = src.shape
-    has_grad = grad is not None
+    transposed = forward_input is not None
     tk.conv_pass_kernel[_grid(tk, src)](
-        src, dst, weight.contiguous(), grad if has_grad else src,
-        grad_source if has_grad else src,
-        weight_grad if has_grad else weight, h, Nq, Nk, *query_hw, *key_hw,
-        K=weight.shape[-1], OVER_KEYS=over_keys, MIRROR=mirror,
-        WEIGHT_GRAD=has_grad, BLOCK_Q=tk.BLOCK_Q, BLOCK_K=tk.BLOCK_K,
-        num_warps=tk.NUM_WARPS)
+        src, dst, weight.contiguous(),
+        forward_input if transposed else src,
+        weight_grad if transposed else weight, src.shape[1], *src.shape[2:],
+        *query_hw, *key_hw, K=weight.shape[-1], OVER_KEYS=over_keys,
+        MIRROR=transposed, WEIGHT_GRAD=transposed, BLOCK_Q=tk.BLOCK_Q,
+        BLOCK_K=tk.BLOCK_K, num_warps=tk.NUM_WARPS)
     return dst
 
 
@@ -122,11 +124,10 @@ def score_conv_backward_op(grad: torch.Tensor, logits: torch.Tensor,
                        key_weight, query_hw, key_hw, over_keys=True)
     dkeyed = _conv_pass(grad, torch.empty_like(grad, dtype=torch.float32),
                         query_weight, query_hw, key_hw, over_keys=False,
-                        mirror=True, grad=grad, grad_source=keyed,
-                        weight_grad=dquery)
+                        forward_input=keyed, weight_grad=dquery)
     dlogits = _conv_pass(dkeyed, torch.empty_like(logits), key_weight,
-                         query_hw, key_hw, over_keys=True, mirror=True,
-                         grad=dkeyed, grad_source=logits, weight_grad=dkey)
+                         query_hw, key_hw, over_keys=True,
+                         forward_input=logits, weight_grad=dkey)
     return [dlogits, dkey.to(key_weight.dtype), dquery.to(query_weight.dtype)]
 
 

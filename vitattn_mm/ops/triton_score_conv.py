@@ -19,8 +19,8 @@ GPU. Backward, with the taps mirrored (``T``)::
     dwq_a = sum dY_ij X_(i+a)j        dwk_c = sum dX_ij A_i(j+c)
 
 ``X`` is recomputed (one pass) rather than kept; each weight gradient is
-summed by the pass that reads its ``dY`` / ``dX`` tile, one fp32 atomic per
-tap and program.
+summed by the transposed pass that reads its ``dY`` / ``dX`` tile, one
+fp32 atomic per tap and program.
 """
 import triton
 import triton.language as tl
@@ -61,17 +61,18 @@ def _shifted(ptr, offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, dy,
 
 
 @triton.jit
-def conv_pass_kernel(src_ptr, dst_ptr, w_ptr, g_ptr, gsrc_ptr, dw_ptr, NH,
-                     Nq, Nk, Hq, Wq, Hk, Wk, K: tl.constexpr,
+def conv_pass_kernel(src_ptr, dst_ptr, w_ptr, wsrc_ptr, dw_ptr, NH, Nq, Nk,
+                     Hq, Wq, Hk, Wk, K: tl.constexpr,
                      OVER_KEYS: tl.constexpr, MIRROR: tl.constexpr,
                      WEIGHT_GRAD: tl.constexpr, BLOCK_Q: tl.constexpr,
                      BLOCK_K: tl.constexpr):
     """One depthwise ``K x K`` conv of a tile of every (image, head) map,
     over the key grid (``OVER_KEYS``) or the query grid: ``dst = sum_t w_t
     src(shifted by t)``, the taps mirrored with ``MIRROR`` (a transposed
-    conv). With ``WEIGHT_GRAD`` also the tile's share of the conv weight's
-    gradient, ``dw_t += sum g * gsrc(shifted by t)`` (unmirrored), where
-    ``g`` is the gradient of this conv's output."""
+    conv). With ``WEIGHT_GRAD`` (a transposed conv of an output's
+    gradient ``src``) also the tile's share of the forward conv weight's
+    gradient, ``dw_t += sum src * wsrc(shifted by t)`` (unmirrored), where
+    ``wsrc`` is that conv's input."""
     bh = tl.program_id(0)
     h = bh % NH
     offs_q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
@@ -80,20 +81,16 @@ def conv_pass_kernel(src_ptr, dst_ptr, w_ptr, g_ptr, gsrc_ptr, dw_ptr, NH,
     base = bh.to(tl.int64) * Nq * Nk
     acc = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
     if WEIGHT_GRAD:
-        g = _tile(g_ptr + base, offs_q, mask_q, offs_k, mask_k, Nk)
+        g = _tile(src_ptr + base, offs_q, mask_q, offs_k, mask_k, Nk)
+    sign: tl.constexpr = -1 if MIRROR else 1
     for t in tl.static_range(K * K):
         dy, dx = t // K - K // 2, t % K - K // 2
         w = tl.load(w_ptr + h * K * K + t).to(tl.float32)
-        if MIRROR:
-            acc += w * _shifted(src_ptr + base, offs_q, mask_q, offs_k,
-                                mask_k, Nk, Hq, Wq, Hk, Wk, -dy, -dx,
-                                OVER_KEYS)
-        else:
-            acc += w * _shifted(src_ptr + base, offs_q, mask_q, offs_k,
-                                mask_k, Nk, Hq, Wq, Hk, Wk, dy, dx,
-                                OVER_KEYS)
+        acc += w * _shifted(src_ptr + base, offs_q, mask_q, offs_k, mask_k,
+                            Nk, Hq, Wq, Hk, Wk, sign * dy, sign * dx,
+                            OVER_KEYS)
         if WEIGHT_GRAD:
-            tile = _shifted(gsrc_ptr + base, offs_q, mask_q, offs_k, mask_k,
+            tile = _shifted(wsrc_ptr + base, offs_q, mask_q, offs_k, mask_k,
                             Nk, Hq, Wq, Hk, Wk, dy, dx, OVER_KEYS)
             tl.atomic_add(dw_ptr + h * K * K + t,
                           tl.sum(tl.sum(g * tile, 1), 0))

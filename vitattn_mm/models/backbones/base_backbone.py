@@ -79,8 +79,8 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
     ``self.stages`` (each stage's blocks described by a
     :class:`~.stage_spec.StageSpec`, built by :meth:`build_stage_blocks`),
     adds output norms with :meth:`add_output_norms`, and overrides the
-    small hooks of the forward loop where its layout needs it (:meth:`forward_stem`,
-    :meth:`close_stage`, :meth:`format_output`).
+    small hooks of the forward loop where its layout needs it
+    (:meth:`forward_stem`, :meth:`close_stage`, :meth:`format_output`).
 
     Args:
         num_stages (int): Number of stages (for a plain ViT: blocks).

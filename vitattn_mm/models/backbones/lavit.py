@@ -108,8 +108,8 @@ class LessAttnSwinPlan:
 
     def __call__(self, arch: dict, grids: list) -> list:
         window = dict(type='WindowedAttention', window_size=self.window_size)
-        less = dict(self.less)
-        less = dict(window, window_msa=less.pop('type'), **less)
+        less = dict(window, window_msa=self.less['type'],
+                    **{k: v for k, v in self.less.items() if k != 'type'})
         depths, heads = arch['depths'], arch['num_heads']
         start = arch.get('la_start') if self.la_start is None else \
             list(self.la_start)
