@@ -45,6 +45,8 @@ def test_the_guides_skeleton_takes_any_attention(toy_pyramid, attn_cfgs):
     # The input-size check follows the attentions the specs describe.
     need = model.min_input_size
     assert need == (17 if isinstance(attn_cfgs, list) else 1)
+    # And the description says so without building the network.
+    assert toy_pyramid.spec(attn_cfgs=attn_cfgs).min_input_size == need
     if need > 1:
         with pytest.raises(ValueError, match=f'at least {need}x{need}'):
             model(torch.randn(1, 3, need - 1, 64))

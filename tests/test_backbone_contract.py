@@ -9,9 +9,11 @@ class token (the grid-free ones). A new attention needs no edit here.
 Family test files keep their numerics and official-equivalence tests only.
 """
 import math
+import pickle
 
 import pytest
 import torch
+from mmengine.registry import init_default_scope
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from tiny_backbones import (SKELETONS, build_tiny, registered_backbones,
@@ -197,6 +199,57 @@ def test_stage_specs_describe_what_was_built(name):
             assert spec.block_attention(j) == (type(attn.inner).__name__,
                                                attn.inner is not attn)
     assert [spec.min_grid() for spec in model.stage_specs] == model.min_grids
+
+
+@pytest.mark.parametrize('name', registered_backbones())
+def test_spec_describes_what_the_constructor_builds_without_building(
+        name, monkeypatch):
+    """``cls.spec(**kwargs)`` describes ``cls(**kwargs)`` without making a
+    module (only the constructor's unbuilt shell): the same stages,
+    blocks, attentions, grids, drop-path slices, stem and least input as
+    the built model's own description and its layers."""
+    init_default_scope('mmdet')
+    cls = getattr(backbones, name)
+    kwargs = dict(tiny_kwargs(name), drop_path_rate=0.2)
+    made = []
+    module_init = torch.nn.Module.__init__
+
+    def counting_init(module, *args, **kw):
+        made.append(type(module).__name__)
+        module_init(module, *args, **kw)
+
+    monkeypatch.setattr(torch.nn.Module, '__init__', counting_init)
+    spec = cls.spec(**kwargs)
+    assert made == [name]
+    monkeypatch.undo()
+    model = build_tiny(name, drop_path_rate=0.2)
+    assert spec.table() == model.backbone_spec.table()
+    assert list(spec.stem) == list(model.backbone_spec.stem)
+    assert spec.min_input_size == model.min_input_size
+    assert spec.depths == [len(stage.blocks) for stage in model.stages]
+    assert spec.out_indices == model.out_indices
+    for key, factory in spec.stem.items():
+        assert (factory is None) == (getattr(model, key) is None), key
+    # The model keeps its description: it still pickles (torch.save of a
+    # whole model, EMA copies).
+    assert pickle.loads(pickle.dumps(model)).backbone_spec.table() == \
+        spec.table()
+
+
+def test_spec_refuses_what_the_constructor_refuses():
+    """Bad arguments raise from the description as from the constructor:
+    an unknown arch lists the valid ones, a family refuses ``attn_cfgs``
+    by name."""
+    from vitattn_mm.models.backbones import FLattenSwinTransformer
+    with pytest.raises(KeyError, match='tiny'):
+        AttnSwinTransformer.spec(arch='huge')
+    with pytest.raises(TypeError, match='attn_cfgs'):
+        FLattenSwinTransformer.spec(attn_cfgs=dict(type='WindowMSA'))
+    spec = FLattenSwinTransformer.spec('tiny', flatten_window_size=56)
+    assert spec.block_attention(0, 0) == ('FocusedLinearAttention', True)
+    assert spec.block_attention(2, 1) == ('WindowMSA', True)
+    assert [s.grid for s in spec.stages] == [(56, 56), (28, 28), (14, 14),
+                                             (7, 7)]
 
 
 def test_a_stage_spec_refuses_what_its_attentions_cannot_take():

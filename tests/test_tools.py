@@ -284,19 +284,34 @@ def test_compile_backbone_switch_trains_and_tests(demo_data, tmp_path):
 
 
 def test_describe_backbone_prints_each_stage_from_its_spec():
-    """tools/describe_backbone.py: a model's stages as its specs describe
-    them (widths, heads, grids, the attention of every block in runs, the
-    drop-path slice, the least grid), its parameters and least input."""
+    """tools/describe_backbone.py: a model's stages as its ``spec()``
+    describes them (widths, heads, grids, the attention of every block in
+    runs, the drop-path slice, the least grid), its outputs, least input
+    and parameters."""
     result = run(sys.executable, 'tools/describe_backbone.py', 'LaViT:small')
     rows = [line for line in result.stdout.splitlines()
             if re.match(r'\| \d \|', line)]
     assert len(rows) == 4
     assert '| 2 | 320 | 5 | 14x14 | 6 | 2 x VanillaAttention, 4 x ' \
         'LessAttention |' in rows[2]
-    assert 'LaViT: 22.10 M parameters, inputs of at least 1x1' in \
-        result.stdout
+    assert 'outputs: stages [0, 1, 2, 3]; inputs of at least 1x1 pixels' \
+        in result.stdout
+    assert 'LaViT: 22.10 M parameters' in result.stdout
     result = run(sys.executable, 'tools/describe_backbone.py',
                  '{"type": "AttnPVT", "arch": "tiny"}')
     assert '| 0 | 64 | 1 | 56x56 | 2 | 2 x SpatialReductionAttention |' \
         in result.stdout
     assert 'inputs of at least 32x32 pixels' in result.stdout
+
+
+@pytest.mark.parametrize('arch', ['tiny', 'small', 'base'])
+def test_a_converter_picks_the_arch_a_file_fills_from_descriptions(arch):
+    """The official-file converters choose the zoo arch whose blocks and
+    widths a file holds by the archs' descriptions (``spec()``), building
+    none: Swin-T and -S differ in stage 3's blocks, -S and -B in widths."""
+    from vitattn_mm.models.backbones import FLattenSwinTransformer
+    from vitattn_tools.converter import arch_for
+    with torch.device('meta'):
+        state_dict = FLattenSwinTransformer(arch=arch).state_dict()
+    spec = arch_for(FLattenSwinTransformer, state_dict)
+    assert spec.arch == FLattenSwinTransformer.spec(arch=arch).arch

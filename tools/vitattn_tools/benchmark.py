@@ -74,31 +74,39 @@ def preset_names() -> List[str]:
     return sorted(PRESETS) + sorted(ATTENTIONS.module_dict)
 
 
-def build_backbone(spec: str) -> Tuple[str, nn.Module]:
-    """A backbone from a preset name, a config file (its backbone),
-    ``Type[:arch]`` or a JSON dict. Returns (label, module)."""
+def backbone_cfg(model: str) -> Tuple[str, dict]:
+    """The config of a backbone named by a preset, a config file (its
+    backbone), ``Type[:arch]``, an attention's name or a JSON dict, without
+    its weights. Returns (label, cfg); sets the registry scope it builds
+    in."""
     from vitattn_mm.registry import ATTENTIONS
     init_default_scope('mmdet')
-    if spec in PRESETS:
-        cfg = dict(PRESETS[spec])
-    elif spec in ATTENTIONS.module_dict:
-        cfg = attention_preset(spec)
-    elif spec.endswith('.py'):
-        cfg = Config.fromfile(spec).model.backbone.to_dict()
-        init_default_scope(Config.fromfile(spec).default_scope)
-    elif spec.startswith('{'):
-        cfg = json.loads(spec)
+    if model in PRESETS:
+        cfg = dict(PRESETS[model])
+    elif model in ATTENTIONS.module_dict:
+        cfg = attention_preset(model)
+    elif model.endswith('.py'):
+        cfg = Config.fromfile(model).model.backbone.to_dict()
+        init_default_scope(Config.fromfile(model).default_scope)
+    elif model.startswith('{'):
+        cfg = json.loads(model)
     else:
-        type_name, _, arch = spec.partition(':')
+        type_name, _, arch = model.partition(':')
         cfg = dict(type=type_name)
         if arch:
             cfg['arch'] = arch
     cfg.pop('init_cfg', None)
     cfg.pop('pretrained', None)
-    model = MODELS.build(cfg)
-    label = spec if not spec.endswith('.py') else osp.splitext(
-        osp.basename(spec))[0]
-    return label, model
+    label = model if not model.endswith('.py') else osp.splitext(
+        osp.basename(model))[0]
+    return label, cfg
+
+
+def build_backbone(model: str) -> Tuple[str, nn.Module]:
+    """A backbone named as :func:`backbone_cfg` takes it. Returns (label,
+    module)."""
+    label, cfg = backbone_cfg(model)
+    return label, MODELS.build(cfg)
 
 
 @dataclass

@@ -3,30 +3,44 @@ classifier key layout and the command line."""
 import argparse
 import os
 import os.path as osp
+import re
 from collections import OrderedDict
-from typing import Callable, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
-import torch.nn as nn
 
 from vitattn_mm.models.checkpoint.pretrained import StateDict, unwrap_state_dict
+from vitattn_mm.models.backbones.backbone_spec import BackboneSpec
 from vitattn_mm.models.checkpoint.files import load_checkpoint_file
 
 
-def backbone_for(backbone_cls: type, state_dict: StateDict) -> nn.Module:
-    """The arch of ``backbone_cls``'s zoo whose layout an official file
-    fills, built on the meta device (no memory): a skeleton converts a
-    file by the blocks of the model it is loaded into."""
+def file_stages(state_dict: StateDict) -> Dict[int, Tuple[int, int]]:
+    """Each stage of a converted file: its blocks and its width (read off
+    its first block's ``norm1``)."""
+    blocks: Dict[int, set] = {}
+    for key in state_dict:
+        m = re.match(r'stages\.(\d+)\.blocks\.(\d+)\.', key)
+        if m:
+            blocks.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    return {stage: (len(found), state_dict.get(
+        f'stages.{stage}.blocks.0.norm1.weight', torch.empty(0)).shape[-1])
+        for stage, found in blocks.items()}
+
+
+def arch_for(backbone_cls: type, state_dict: StateDict) -> BackboneSpec:
+    """The arch of ``backbone_cls``'s zoo whose stages an official file
+    fills (blocks and width of each), as its description: nothing is
+    built (a skeleton converts a file by the blocks of the network it goes
+    into)."""
     best, best_score = None, -1
     for key in backbone_cls.arch_zoo:
-        with torch.device('meta'):
-            model = backbone_cls(arch=key if isinstance(key, str) else key[0])
-        own = model.state_dict()
-        converted = model.convert_official(OrderedDict(state_dict))
-        score = sum(k in own and own[k].shape == v.shape
-                    for k, v in converted.items())
+        spec = backbone_cls.spec(arch=key if isinstance(key, str) else key[0])
+        found = file_stages(backbone_cls.convert_official_keys(
+            OrderedDict(state_dict), spec.block_attention))
+        score = sum(found.get(i) == (stage.depth, stage.embed_dims)
+                    for i, stage in enumerate(spec.stages))
         if score > best_score:
-            best, best_score = model, score
+            best, best_score = spec, score
     return best
 
 
@@ -35,14 +49,14 @@ def to_classifier_keys(state_dict: StateDict,
                        head_prefix: str = 'head.') -> StateDict:
     """Official classifier weights -> mmpretrain ``ImageClassifier`` keys.
 
-    The backbone part goes through the ``convert_official`` of the
-    ``backbone_cls`` arch it fills (:func:`backbone_for`) and under
+    The backbone part goes through ``backbone_cls``'s converter with the
+    blocks of the arch it fills (:func:`arch_for`) and under
     ``backbone.``; the linear head (``head_prefix``) becomes ``head.fc.``.
     """
     head = {k: v for k, v in state_dict.items() if k.startswith(head_prefix)}
     backbone = {k: v for k, v in state_dict.items() if k not in head}
-    backbone = backbone_for(backbone_cls, backbone).convert_official(
-        backbone)
+    backbone = backbone_cls.convert_official_keys(
+        backbone, arch_for(backbone_cls, backbone).block_attention)
     converted = OrderedDict(
         (f'backbone.{k}', v) for k, v in backbone.items())
     converted.update(

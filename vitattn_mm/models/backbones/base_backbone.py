@@ -12,9 +12,12 @@ that layout, once for every skeleton:
 * the arch zoo and the stock keywords that name arch settings
   (:meth:`resolve_arch`, :mod:`.arch`); the ``attn_cfgs`` grammar is the
   attentions' (:mod:`~vitattn_mm.models.attentions.cfgs`);
-* the blocks of a stage, from its description (:meth:`build_stage_blocks`
-  and :class:`~.stage_spec.StageSpec`: its slice of the drop-path
-  schedule, the attention built with what the skeleton knows);
+* the network from its description (:meth:`build`, the one builder, from
+  a :class:`~.backbone_spec.BackboneSpec`: the stem, each stage from its
+  :class:`~.stage_spec.StageSpec` with its slice of the drop-path
+  schedule and each attention built with what the skeleton knows, the
+  output norms), and that description without building
+  (:meth:`spec`);
 * the forward loop, which threads the attention state through every block
   and stage and hands its auxiliary losses to the task model; gradient
   checkpointing (per block);
@@ -26,8 +29,9 @@ that layout, once for every skeleton:
 * each parameter's depth for layer-wise learning-rate decay
   (:class:`~vitattn_mm.models.backbones.layer_depth.LayerDepth`).
 """
+from contextvars import ContextVar
 from numbers import Integral
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -41,11 +45,26 @@ from ..attentions.cfgs import AttnCfgs
 from ..checkpoint.adapt import CheckpointLoading
 from ..layers.common import (InvalidArgument, check_type, freeze_module,
                              nlc_to_nchw)
+from ..layers.stage import Stage
 from .arch import ArchResolution
+from .backbone_spec import BackboneSpec
 from .conventions import PackageConventions
 from .input_size import InputSize
 from .layer_depth import LayerDepth
 from .stage_spec import StageSpec
+
+#: Set while :meth:`StagedBackbone.spec` runs a constructor for its
+#: description only.
+_DESCRIBING: ContextVar[bool] = ContextVar('describing', default=False)
+
+
+class _Described(Exception):
+    """Ends a constructor run by :meth:`StagedBackbone.spec` where it
+    would start building, carrying the description."""
+
+    def __init__(self, spec: BackboneSpec):
+        super().__init__(spec)
+        self.spec = spec
 
 #: The modules of the skeletons (the classes that take ``attn_cfgs``).
 SKELETON_MODULES = ('swin', 'pvt', 'vit', 'cswin', 'l2vit')
@@ -75,12 +94,11 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
     ``arch_aliases`` (stock keywords naming arch settings), resolves its
     arch with :meth:`resolve_arch` and its ``attn_cfgs`` with
     :func:`~vitattn_mm.models.attentions.cfgs.resolve_attn_cfgs`, calls
-    ``super().__init__``, builds its stem ``patch_embed`` and
-    ``self.stages`` (each stage's blocks described by a
-    :class:`~.stage_spec.StageSpec`, built by :meth:`build_stage_blocks`),
-    adds output norms with :meth:`add_output_norms`, and overrides the
-    small hooks of the forward loop where its layout needs it
-    (:meth:`forward_stem`, :meth:`close_stage`, :meth:`format_output`).
+    ``super().__init__``, describes the network in a
+    :class:`~.backbone_spec.BackboneSpec` (building nothing before) and
+    hands it to :meth:`build`, and overrides the small hooks of the
+    forward loop where its layout needs it (:meth:`forward_stem`,
+    :meth:`close_stage`, :meth:`format_output`).
 
     Args:
         num_stages (int): Number of stages (for a plain ViT: blocks).
@@ -161,15 +179,6 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
         self.convert_weights = convert_weights
         self.attn_backend = check_backend(attn_backend)
         self.register_state_dict_post_hook(self.record_layout)
-        # The skeleton adds ``self.stages`` (a ModuleList) after its stem,
-        # so modules come in the order data goes through them.
-        # Dropout after position embeddings (skeletons with drop_rate set
-        # it); no parameters.
-        self.drop_after_pos = nn.Identity()
-        # Each stage's description and the least grid side its layers
-        # take (build_stage_blocks).
-        self.stage_specs: List[Optional[StageSpec]] = [None] * num_stages
-        self.min_grids = [1] * num_stages
         self._aux_losses: Optional[Dict[str, torch.Tensor]] = None
 
     # ----------------------------------------------------------- arguments
@@ -191,16 +200,73 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
         return tuple(sorted(set(result)))
 
     # ------------------------------------------------------------ building
+    @classmethod
+    def spec(cls, *args, **kwargs) -> BackboneSpec:
+        """What ``cls(*args, **kwargs)`` builds, described, without
+        building a module.
+
+        The constructor's own argument handling runs (defaults, package
+        conventions, checks, a family's plan) up to :meth:`build`, where it
+        stops: a description cannot drift from what is built, and bad
+        arguments raise here as they would there. Example::
+
+            >>> spec = FLattenSwinTransformer.spec('tiny')
+            >>> spec.stages[0].block_attention(0)
+            ('FocusedLinearAttention', False)
+        """
+        token = _DESCRIBING.set(True)
+        try:
+            cls(*args, **kwargs)
+        except _Described as described:
+            return described.spec
+        finally:
+            _DESCRIBING.reset(token)
+        raise RuntimeError(f'{cls.__name__} was built without calling '
+                           'build(spec)')
+
+    def build(self, spec: BackboneSpec) -> None:
+        """Make the network ``spec`` describes, the one builder of every
+        skeleton: the stem's parts in order, each stage
+        (:meth:`build_stage`), what follows the stages, then the output
+        norms ``norm{i}``. Keeps the description (:attr:`backbone_spec`)
+        and the least grid side each stage's attentions take
+        (:attr:`min_input_size`)."""
+        if _DESCRIBING.get():
+            raise _Described(spec)
+        if tuple(spec.out_indices) != self.out_indices:
+            raise ValueError(f'the spec returns stages {spec.out_indices}, '
+                             f'the backbone {self.out_indices}')
+        self.backbone_spec = spec
+        self.min_grids = spec.min_grids()
+        self.drop_after_pos = nn.Identity()  # the stem may give a dropout
+        for name, factory in spec.stem.items():
+            setattr(self, name, None if factory is None else factory())
+        self.stages = ModuleList(
+            self.build_stage(i, stage) for i, stage in enumerate(spec.stages))
+        for name, factory in spec.head.items():
+            setattr(self, name, None if factory is None else factory())
+        if spec.output_norm is not None:
+            for i in self.out_indices:
+                self.add_module(f'norm{i}',
+                                spec.output_norm(spec.widths[i]))
+
+    def build_stage(self, index: int, spec: StageSpec) -> Stage:
+        """Stage ``index`` from its description, its parts made in the
+        order data goes through them."""
+        def make(factory):
+            return None if factory is None else factory()
+
+        patch_embed, pos_embed = make(spec.patch_embed), make(spec.pos_embed)
+        blocks = self.build_stage_blocks(index, spec)
+        return Stage(blocks, patch_embed=patch_embed, pos_embed=pos_embed,
+                     norm=make(spec.norm), downsample=make(spec.downsample))
+
     def build_stage_blocks(self, index: int, spec: StageSpec) -> ModuleList:
-        """The blocks of stage ``index`` from its description, the one place
-        they are built: block ``j`` is ``spec.block(attention,
-        drop_path=spec.drop_path_rates[j], **spec.block_kwargs[j])`` with
-        the attention of ``spec.block_cfgs()[j]`` (the backbone's
-        ``attn_backend`` given to those with a fused op). Stages may be
-        built in any order. Keeps the spec (``stage_specs``) and the least
-        grid side its attentions take (:attr:`min_input_size`)."""
-        self.stage_specs[index] = spec
-        self.min_grids[index] = spec.min_grid()
+        """The blocks of stage ``index`` from its description: block ``j``
+        is ``spec.block(attention, drop_path=spec.drop_path_rates[j],
+        **spec.block_kwargs[j])`` with the attention of
+        ``spec.block_cfgs()[j]`` (the backbone's ``attn_backend`` given to
+        those with a fused op)."""
         blocks = ModuleList()
         for j, cfg in enumerate(spec.block_cfgs(self.attn_backend)):
             attn = build_attention(cfg, context=spec.context,
@@ -209,16 +275,15 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
                                      **spec.block_kwargs[j]))
         return blocks
 
-    def add_output_norms(self, widths: Sequence[int],
-                         build: Callable[[int], nn.Module]) -> None:
-        """One norm ``norm{i}`` per output stage (``build(width)``)."""
-        for i in self.out_indices:
-            self.add_module(f'norm{i}', build(widths[i]))
+    @property
+    def stage_specs(self) -> List[StageSpec]:
+        """Each stage's description (``backbone_spec.stages``)."""
+        return self.backbone_spec.stages
 
     def block_attention(self, stage: int, block: int) -> Tuple[str, bool]:
         """The attention of a block, by class name, and whether it runs
         inside the window wrapper: read off the stage's spec."""
-        return self.stage_specs[stage].block_attention(block)
+        return self.backbone_spec.block_attention(stage, block)
 
     # ------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor) -> tuple:

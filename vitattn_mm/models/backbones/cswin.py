@@ -17,18 +17,18 @@ from collections import OrderedDict
 from typing import Sequence, Tuple, Union
 
 import torch
-from mmcv.cnn import build_norm_layer
-from mmengine.model import ModuleList
 
 from ...registry import register_model
 from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
 from ..layers.padding import CornerPatchEmbed, grid_after_stride, pad_corner
-from ..layers.stage import (Stage, drop_path_slices,
+from ..layers.stage import (drop_path_slices, norm_layer,
                             init_linear_and_norm)
 from ..layers.common import to_2tuple_int
 from ..checkpoint.pretrained import StateDict
+from .backbone_spec import BackboneSpec
 from .base_backbone import StagedBackbone
+from .input_size import strided_grid_sides
 from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
@@ -125,8 +125,6 @@ class AttnCSwinTransformer(StagedBackbone):
         self.depths = list(depths)
         self.num_features = [embed_dims * 2**i for i in range(num_stages)]
         self.split_sizes = tuple(split_sizes)
-        self.stage_strides = tuple(self.stem_stride * 2**i
-                                   for i in range(num_stages))
 
         pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
         grids = [grid_after_stride(pretrain_hw, self.stem_stride)]
@@ -135,35 +133,35 @@ class AttnCSwinTransformer(StagedBackbone):
         cfgs = resolve_attn_cfgs(attn_cfgs, arch, depths, grids,
                                  dict(type='CrossShapedWindowAttention'))
         drop_paths = drop_path_slices(drop_path_rate, depths)
-        patch_embeds = [
-            CornerPatchEmbed(
-                in_channels=in_channels if i == 0 else dims // 2,
-                embed_dims=dims,
-                conv_type='Conv2d',
-                kernel_size=7 if i == 0 else 3,
-                stride=self.stem_stride if i == 0 else 2,
-                padding=2 if i == 0 else 1,
-                norm_cfg=norm_cfg) for i, dims in enumerate(self.num_features)
-        ]
-        # The first stage's patch embedding is the stem.
-        self.patch_embed = patch_embeds[0]
-        self.stages = ModuleList()
-        for i, depth in enumerate(depths):
-            dims = self.num_features[i]
+        patch_embeds = [functools.partial(
+            CornerPatchEmbed,
+            in_channels=in_channels if i == 0 else dims // 2,
+            embed_dims=dims,
+            conv_type='Conv2d',
+            kernel_size=7 if i == 0 else 3,
+            stride=self.stem_stride if i == 0 else 2,
+            padding=2 if i == 0 else 1,
+            norm_cfg=norm_cfg) for i, dims in enumerate(self.num_features)]
+        stages = []
+        for i, dims in enumerate(self.num_features):
             # The last stage attends over the whole map.
             split = split_sizes[i] if i < num_stages - 1 else None
-            blocks = self.build_stage_blocks(i, StageSpec(
+            stages.append(StageSpec(
                 dims, arch['num_heads'][i], grids[i], cfgs[i], drop_paths[i],
                 functools.partial(TransformerBlock, dims,
                                   ffn_ratio=mlp_ratio, ffn_drop=drop_rate,
                                   act_cfg=act_cfg, norm_cfg=norm_cfg),
                 qkv_bias=qkv_bias,
                 settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate),
-                context=dict(grid_size=grids[i], split_size=split)))
-            self.stages.append(
-                Stage(blocks, patch_embed=patch_embeds[i] if i else None))
-        self.add_output_norms(self.num_features,
-                              lambda c: build_norm_layer(norm_cfg, c)[1])
+                context=dict(grid_size=grids[i], split_size=split),
+                # The first stage's patch embedding is the stem.
+                patch_embed=patch_embeds[i] if i else None))
+        self.build(BackboneSpec(
+            arch, dict(patch_embed=patch_embeds[0]), stages,
+            self.out_indices, functools.partial(
+                strided_grid_sides,
+                [self.stem_stride * 2**i for i in range(num_stages)]),
+            output_norm=functools.partial(norm_layer, norm_cfg)))
         self.apply(init_linear_and_norm)
 
     def forward_stem(self, x: torch.Tensor):
@@ -172,9 +170,11 @@ class AttnCSwinTransformer(StagedBackbone):
         return self.patch_embed(pad_corner(x, (self.stem_stride, ) * 2))
 
     # ----------------------------------------------------------- weights
-    def convert_official(self, state_dict: StateDict) -> StateDict:
+    @staticmethod
+    def convert_official_keys(state_dict: StateDict,
+                              block_attention) -> StateDict:
         """See :func:`convert_official_cswin`."""
-        return convert_official_cswin(state_dict, self.block_attention)
+        return convert_official_cswin(state_dict, block_attention)
 
 #: Official CSwin-block names -> ours (cross-shaped attention blocks).
 _CSWIN_BLOCK_NAMES = (

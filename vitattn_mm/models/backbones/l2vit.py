@@ -33,9 +33,11 @@ from ..layers.blocks import TransformerBlock
 from ..layers.common import nchw_to_nlc, to_2tuple_int
 from ..layers.padding import CornerPadding, grid_after_stride
 from ..layers.pos_embed import ConditionalPositionEncoding
-from ..layers.stage import Stage, drop_path_slices
+from ..layers.stage import drop_path_slices, norm_layer
 from ..checkpoint.pretrained import StateDict
+from .backbone_spec import BackboneSpec
 from .base_backbone import StagedBackbone
+from .input_size import strided_grid_sides
 from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
@@ -189,6 +191,15 @@ L2VIT_LOCAL = dict(type='WindowedAttention', window_msa='LocalWindowAttention')
 L2VIT_GLOBAL = dict(type='LinearGlobalAttention')
 
 
+def l2vit_attention(stage: int, block: int, window_size: int,
+                    denominator_min: float) -> dict:
+    """L2ViT's attention of a block: local windows in the even blocks,
+    linear global attention in the odd (the ``attn_cfgs`` default)."""
+    if block % 2:
+        return dict(L2VIT_GLOBAL, denominator_min=denominator_min)
+    return dict(L2VIT_LOCAL, window_size=window_size)
+
+
 @register_model
 class L2ViT(StagedBackbone):
     """L2ViT backbone: LWA and LGA blocks in alternation.
@@ -283,40 +294,36 @@ class L2ViT(StagedBackbone):
         num_stages = self.num_stages
         self.embed_dims = embed_dims
         self.num_features = list(embed_dims)
-        self.stage_strides = tuple(4 * 2**i for i in range(num_stages))
-
-        def default(stage, block):
-            if block % 2:
-                return dict(L2VIT_GLOBAL, denominator_min=denominator_min)
-            return dict(L2VIT_LOCAL, window_size=window_size)
 
         pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
         grids = [grid_after_stride(pretrain_hw, 4)]
         for _ in range(num_stages - 1):
             grids.append(grid_after_stride(grids[-1], 2))
-        cfgs = resolve_attn_cfgs(attn_cfgs, arch, depths, grids, default)
+        cfgs = resolve_attn_cfgs(
+            attn_cfgs, arch, depths, grids,
+            functools.partial(l2vit_attention, window_size=window_size,
+                              denominator_min=denominator_min))
         drop_paths = drop_path_slices(drop_path_rate, depths)
-        self.patch_embed = ConvStem(in_channels, embed_dims[0], conv_norm_cfg,
-                                    norm_cfg=norm_cfg)
-        self.stages = ModuleList()
-        for i, depth in enumerate(depths):
-            blocks = self.build_stage_blocks(i, StageSpec(
-                embed_dims[i], arch['num_heads'][i], grids[i], cfgs[i],
-                drop_paths[i],
-                functools.partial(L2ViTBlock, embed_dims[i],
-                                  mlp_ratio=mlp_ratio,
-                                  lcm_kernel_size=lcm_kernel_size,
-                                  norm_cfg=norm_cfg),
-                # Local windows in the even blocks, global in the odd.
-                block_kwargs=[dict(local_window=j % 2 == 0)
-                              for j in range(depth)],
-                qkv_bias=qkv_bias))
-            self.stages.append(Stage(
-                blocks,
-                patch_embed=None if i == 0 else ConvDownsample(
-                    embed_dims[i - 1], embed_dims[i], norm_cfg)))
-        self.add_output_norms(embed_dims,
-                              lambda c: build_norm_layer(norm_cfg, c)[1])
+        stages = [StageSpec(
+            embed_dims[i], arch['num_heads'][i], grids[i], cfgs[i],
+            drop_paths[i],
+            functools.partial(L2ViTBlock, embed_dims[i], mlp_ratio=mlp_ratio,
+                              lcm_kernel_size=lcm_kernel_size,
+                              norm_cfg=norm_cfg),
+            # Local windows in the even blocks, global in the odd.
+            block_kwargs=[dict(local_window=j % 2 == 0)
+                          for j in range(depth)],
+            qkv_bias=qkv_bias,
+            patch_embed=None if i == 0 else functools.partial(
+                ConvDownsample, embed_dims[i - 1], embed_dims[i], norm_cfg))
+            for i, depth in enumerate(depths)]
+        self.build(BackboneSpec(
+            arch, dict(patch_embed=functools.partial(
+                ConvStem, in_channels, embed_dims[0], conv_norm_cfg,
+                norm_cfg=norm_cfg)), stages, self.out_indices,
+            functools.partial(strided_grid_sides,
+                              [4 * 2**i for i in range(num_stages)]),
+            output_norm=functools.partial(norm_layer, norm_cfg)))
         self.apply(self._init_weights)
 
     @staticmethod
@@ -329,9 +336,11 @@ class L2ViT(StagedBackbone):
                 nn.init.zeros_(module.bias)
 
     # ----------------------------------------------------------- weights
-    def convert_official(self, state_dict: StateDict) -> StateDict:
+    @staticmethod
+    def convert_official_keys(state_dict: StateDict,
+                              block_attention) -> StateDict:
         """See :func:`convert_official_l2vit`."""
-        return convert_official_l2vit(state_dict, self.block_attention)
+        return convert_official_l2vit(state_dict, block_attention)
 
 #: Official name patterns -> ours (applied to every key, in order).
 _OFFICIAL_RENAMES = (

@@ -11,12 +11,10 @@ import functools
 import math
 import re
 from collections import OrderedDict
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
-from mmengine.model import ModuleList
 
 from ...registry import register_model
 from ..attentions.cfgs import resolve_attn_cfgs
@@ -24,10 +22,12 @@ from ..layers.blocks import TransformerBlock
 from ..layers.common import check_type, to_2tuple_int
 from ..layers.padding import CornerPatchEmbed
 from ..layers.pos_embed import ResizablePosEmbed
-from ..layers.stage import (Stage, drop_path_slices,
-                            init_linear_and_norm)
+from ..layers.stage import (drop_path_slices, init_linear_and_norm,
+                            norm_layer)
 from ..checkpoint.pretrained import StateDict
+from .backbone_spec import BackboneSpec
 from .base_backbone import StagedBackbone
+from .input_size import patch_grid_sides
 from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
@@ -173,63 +173,51 @@ class AttnPVT(StagedBackbone):
         self.norm_after_stage = norm_after_stage
         self.sr_ratios = tuple(sr_ratios)
         self.patch_layout = tuple(zip(patch_sizes, strides, paddings))
-        self.drop_after_pos = nn.Dropout(drop_rate)
 
+        grid_sides = functools.partial(patch_grid_sides, self.patch_layout)
         pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
-        grids = list(zip(*(self.grid_sides(side) for side in pretrain_hw)))
+        grids = list(zip(*(grid_sides(side) for side in pretrain_hw)))
         cfgs = resolve_attn_cfgs(
             attn_cfgs, arch, depths, grids,
             dict(type='SpatialReductionAttention', norm_cfg=norm_cfg))
         drop_paths = drop_path_slices(drop_path_rate, depths)
-        patch_embeds = [
-            CornerPatchEmbed(
-                in_channels=in_channels if i == 0 else embed_dims[i - 1],
-                embed_dims=embed_dims[i],
-                conv_type='Conv2d',
-                kernel_size=patch_sizes[i],
-                stride=strides[i],
-                padding=paddings[i],
-                norm_cfg=patch_norm_cfg or norm_cfg)
-            for i in range(num_stages)
-        ]
-        # The first stage's patch embedding is the stem.
-        self.patch_embed = patch_embeds[0]
-        self.stages = ModuleList()
-        for i in range(num_stages):
-            spec = StageSpec(
-                embed_dims[i], arch['num_heads'][i], grids[i], cfgs[i],
-                drop_paths[i], functools.partial(
-                    TransformerBlock, embed_dims[i],
-                    ffn_ratio=arch['mlp_ratios'][i],
-                    use_conv_ffn=use_conv_ffn, ffn_drop=drop_rate,
-                    act_cfg=act_cfg, norm_cfg=norm_cfg),
-                qkv_bias=qkv_bias,
-                # A reduction an attention cannot take raises; none is
-                # only given to those that take it.
-                settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate,
-                              **(dict(sr_ratio=sr_ratios[i])
-                                 if sr_ratios[i] > 1 else {})))
-            blocks = self.build_stage_blocks(i, spec)
-            self.stages.append(Stage(
-                blocks,
-                patch_embed=patch_embeds[i] if i else None,
-                pos_embed=ResizablePosEmbed(embed_dims[i], grids[i])
-                if use_abs_pos_embed else None,
-                norm=build_norm_layer(norm_cfg, embed_dims[i])[1]
-                if norm_after_stage else None))
-        if out_norm:
-            self.add_output_norms(
-                embed_dims, lambda c: build_norm_layer(norm_cfg, c)[1])
+        patch_embeds = [functools.partial(
+            CornerPatchEmbed,
+            in_channels=in_channels if i == 0 else embed_dims[i - 1],
+            embed_dims=embed_dims[i],
+            conv_type='Conv2d',
+            kernel_size=patch_sizes[i],
+            stride=strides[i],
+            padding=paddings[i],
+            norm_cfg=patch_norm_cfg or norm_cfg) for i in range(num_stages)]
+        stages = [StageSpec(
+            embed_dims[i], arch['num_heads'][i], grids[i], cfgs[i],
+            drop_paths[i], functools.partial(
+                TransformerBlock, embed_dims[i],
+                ffn_ratio=arch['mlp_ratios'][i],
+                use_conv_ffn=use_conv_ffn, ffn_drop=drop_rate,
+                act_cfg=act_cfg, norm_cfg=norm_cfg),
+            qkv_bias=qkv_bias,
+            # A reduction an attention cannot take raises; none is only
+            # given to those that take it.
+            settings=dict(attn_drop=attn_drop_rate, proj_drop=drop_rate,
+                          **(dict(sr_ratio=sr_ratios[i])
+                             if sr_ratios[i] > 1 else {})),
+            # The first stage's patch embedding is the stem.
+            patch_embed=patch_embeds[i] if i else None,
+            pos_embed=functools.partial(ResizablePosEmbed, embed_dims[i],
+                                        grids[i])
+            if use_abs_pos_embed else None,
+            norm=functools.partial(norm_layer, norm_cfg, embed_dims[i])
+            if norm_after_stage else None) for i in range(num_stages)]
+        self.build(BackboneSpec(
+            arch, dict(patch_embed=patch_embeds[0],
+                       drop_after_pos=functools.partial(nn.Dropout,
+                                                        drop_rate)),
+            stages, self.out_indices, grid_sides,
+            output_norm=functools.partial(norm_layer, norm_cfg)
+            if out_norm else None))
         self.apply(self._init_weights)
-
-    def grid_sides(self, size: int) -> List[int]:
-        sides = []
-        for kernel, stride, padding in self.patch_layout:
-            # mmdet pads nothing and drops partial patches; 'corner' pads.
-            size = ((size + 2 * padding - kernel) // stride + 1
-                    if isinstance(padding, int) else -(-size // stride))
-            sides.append(size)
-        return sides
 
     @classmethod
     def normalize_arch(cls, settings: dict) -> dict:
@@ -246,9 +234,11 @@ class AttnPVT(StagedBackbone):
         init_linear_and_norm(module)
 
     # ----------------------------------------------------------- weights
-    def convert_official(self, state_dict: StateDict) -> StateDict:
+    @staticmethod
+    def convert_official_keys(state_dict: StateDict,
+                              block_attention) -> StateDict:
         """See :func:`convert_official_pvt`."""
-        return convert_official_pvt(state_dict, self.block_attention)
+        return convert_official_pvt(state_dict, block_attention)
 
     def migrate_layout(self, state_dict: StateDict) -> StateDict:
         """mmdet's layout -> ours.

@@ -1,11 +1,11 @@
-"""A stage's blocks as a description, before anything is built.
+"""A stage as a description, before anything is built.
 
 Every skeleton says what each of its stages holds in one
 :class:`StageSpec` (widths, heads, the pretraining grid, one attention
 config per block, the stage's slice of the drop-path schedule, what the
-attentions are told, the block factory) and
-:meth:`StagedBackbone.build_stage_blocks` builds the blocks from it, the
-one place they are built. What follows from the
+attentions are told, the block factory, the factories of what opens and
+closes the stage) and :meth:`StagedBackbone.build_stage` builds the stage
+from it, the one place stages are built. What follows from the
 attentions alone (the least grid they take, the configs they are built
 from) is read off the spec, without building a module.
 """
@@ -45,6 +45,15 @@ class StageSpec:
         context (dict): What the skeleton knows that some attentions use
             (``grid_size``, ``split_size``), given to those that take it.
             Default: ``dict(grid_size=grid)``.
+        patch_embed (callable, optional): Factory of the patch embedding
+            opening the stage (PVT, CSwin, L2ViT after the first).
+            Default: None.
+        pos_embed (callable, optional): Factory of its learned position
+            embedding. Default: None.
+        norm (callable, optional): Factory of the norm closing it on the
+            main path (PVTv2). Default: None.
+        downsample (callable, optional): Factory of the downsampling that
+            ends it (Swin's patch merging). Default: None.
     """
     embed_dims: int
     num_heads: int
@@ -56,6 +65,10 @@ class StageSpec:
     qkv_bias: bool = True
     settings: dict = field(default_factory=dict)
     context: Optional[dict] = None
+    patch_embed: Optional[Callable[[], nn.Module]] = None
+    pos_embed: Optional[Callable[[], nn.Module]] = None
+    norm: Optional[Callable[[], nn.Module]] = None
+    downsample: Optional[Callable[[], nn.Module]] = None
 
     def __post_init__(self):
         if len(self.drop_path_rates) != len(self.attn_cfgs):

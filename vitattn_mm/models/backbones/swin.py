@@ -8,15 +8,13 @@ attention is chosen per stage or per block: by default Swin's
 registered attention, in windows or over the whole map.
 """
 import functools
+import math
 import re
 from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
-from mmengine.model import ModuleList
-from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_model
 from ..attentions.base import attention_class
@@ -28,10 +26,12 @@ from ..layers.common import (InvalidArgument, check_type,
 from ..layers.padding import (CornerPatchEmbed, CornerPatchMerging,
                               grid_after_stride)
 from ..layers.pos_embed import resize_pos_embed
-from ..layers.stage import (Stage, drop_path_slices,
-                            init_linear_and_norm)
+from ..layers.stage import (drop_path_slices, init_linear_and_norm,
+                            learned_table, norm_layer)
 from ..checkpoint.pretrained import StateDict
+from .backbone_spec import BackboneSpec
 from .base_backbone import StagedBackbone
+from .input_size import strided_grid_sides
 from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
@@ -199,36 +199,19 @@ class AttnSwinTransformer(StagedBackbone):
         self.num_features = [self.embed_dims * 2**i for i in range(num_stages)]
         self.interpolate_mode = interpolate_mode
 
-        self.patch_embed = CornerPatchEmbed(**dict(
-            dict(in_channels=in_channels,
-                 embed_dims=self.embed_dims,
-                 conv_type='Conv2d',
-                 kernel_size=patch_size,
-                 stride=patch_size,
-                 norm_cfg=norm_cfg if patch_norm else None),
-            **(patch_cfg or {})))
-        self.patch_resolution = grid_after_stride(
+        patch_resolution = grid_after_stride(
             to_2tuple_int(pretrain_img_size, 'pretrain_img_size'), patch_size)
+        self.patch_resolution = patch_resolution
         self.use_abs_pos_embed = use_abs_pos_embed
-        if use_abs_pos_embed:
-            self.absolute_pos_embed = nn.Parameter(
-                torch.zeros(1, self.patch_resolution[0] *
-                            self.patch_resolution[1], self.embed_dims))
-            trunc_normal_(self.absolute_pos_embed, std=0.02)
-        self.drop_after_pos = nn.Dropout(drop_rate)
-
-        grids = [self.patch_resolution]
+        grids = [patch_resolution]
         for _ in range(num_stages - 1):
             grids.append(grid_after_stride(grids[-1], 2))
         cfgs = resolve_attn_cfgs(attn_cfgs, arch, self.depths, grids,
                                  SWIN_ATTENTION)
         drop_paths = drop_path_slices(drop_path_rate, self.depths)
-        self.stage_strides = tuple(patch_size * 2**i
-                                   for i in range(num_stages))
-        self.stages = ModuleList()
-        for i, depth in enumerate(self.depths):
-            dims = self.num_features[i]
-            blocks = self.build_stage_blocks(i, StageSpec(
+        stages = []
+        for i, dims in enumerate(self.num_features):
+            stages.append(StageSpec(
                 dims, self.num_heads[i], grids[i],
                 [self.window_settings(cfg, shift=j % 2 == 1)
                  for j, cfg in enumerate(cfgs[i])], drop_paths[i],
@@ -237,15 +220,30 @@ class AttnSwinTransformer(StagedBackbone):
                                   act_cfg=act_cfg, norm_cfg=norm_cfg),
                 qkv_bias=qkv_bias,
                 settings=dict(qk_scale=qk_scale, attn_drop=attn_drop_rate,
-                              proj_drop=drop_rate)))
-            downsample = None
-            if i < num_stages - 1:
-                downsample = CornerPatchMerging(
-                    in_channels=dims, out_channels=2 * dims,
-                    norm_cfg=norm_cfg)
-            self.stages.append(Stage(blocks, downsample=downsample))
-        self.add_output_norms(self.num_features,
-                              lambda c: build_norm_layer(norm_cfg, c)[1])
+                              proj_drop=drop_rate),
+                downsample=functools.partial(
+                    CornerPatchMerging, in_channels=dims,
+                    out_channels=2 * dims, norm_cfg=norm_cfg)
+                if i < num_stages - 1 else None))
+        self.build(BackboneSpec(
+            arch, dict(
+                patch_embed=functools.partial(CornerPatchEmbed, **dict(
+                    dict(in_channels=in_channels,
+                         embed_dims=self.embed_dims,
+                         conv_type='Conv2d',
+                         kernel_size=patch_size,
+                         stride=patch_size,
+                         norm_cfg=norm_cfg if patch_norm else None),
+                    **(patch_cfg or {}))),
+                absolute_pos_embed=functools.partial(
+                    learned_table, (1, math.prod(patch_resolution),
+                                    self.embed_dims), std=0.02)
+                if use_abs_pos_embed else None,
+                drop_after_pos=functools.partial(nn.Dropout, drop_rate)),
+            stages, self.out_indices,
+            functools.partial(strided_grid_sides, [
+                patch_size * 2**i for i in range(num_stages)]),
+            output_norm=functools.partial(norm_layer, norm_cfg)))
         self.apply(init_linear_and_norm)
 
     @staticmethod
@@ -287,9 +285,11 @@ class AttnSwinTransformer(StagedBackbone):
                                             self.interpolate_mode, 0)
         return tables
 
-    def convert_official(self, state_dict: StateDict) -> StateDict:
+    @staticmethod
+    def convert_official_keys(state_dict: StateDict,
+                              block_attention) -> StateDict:
         """Official Swin keys -> ours (see :func:`convert_official_swin`)."""
-        return convert_official_swin(state_dict, self.block_attention)
+        return convert_official_swin(state_dict, block_attention)
 
     def migrate_layout(self, state_dict: StateDict) -> StateDict:
         """mmpretrain's and mmdet's older layouts -> ours: mmpretrain's

@@ -15,7 +15,6 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
 from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
 
@@ -28,10 +27,12 @@ from ..layers.common import (InvalidArgument, check_type, nlc_to_nchw,
 from ..layers.padding import CornerPatchEmbed, grid_after_stride
 from ..layers.patch_embed import PixelNormPatchEmbed
 from ..layers.pos_embed import resize_pos_embed, sincos_pos_embed_2d
-from ..layers.stage import (Stage, drop_path_slices,
-                            init_linear_and_norm)
+from ..layers.stage import (drop_path_slices, init_linear_and_norm,
+                            learned_table, norm_layer)
 from ..checkpoint.pretrained import StateDict
+from .backbone_spec import BackboneSpec
 from .base_backbone import StagedBackbone
+from .input_size import strided_grid_sides
 from .stage_spec import StageSpec
 
 #: ViT's attention in the blocks that name none.
@@ -244,7 +245,6 @@ class AttnViT(StagedBackbone):
         self.output_cls_token = output_cls_token
         self.num_extra_tokens = int(with_cls_token)
         self.out_norm = out_norm
-        self.stage_strides = (patch_size, ) * self.num_stages
         if mlp_ratio is None:
             mlp_ratio = arch.get('feedforward_channels',
                                  4 * embed_dims) / embed_dims
@@ -253,7 +253,7 @@ class AttnViT(StagedBackbone):
                 'num_heads'], feedforward_channels=int(embed_dims * mlp_ratio))
 
         if patch_embed == 'conv':
-            self.patch_embed = CornerPatchEmbed(**dict(
+            stem = functools.partial(CornerPatchEmbed, **dict(
                 dict(in_channels=in_channels,
                      embed_dims=embed_dims,
                      conv_type='Conv2d',
@@ -264,22 +264,11 @@ class AttnViT(StagedBackbone):
                      norm_cfg=norm_cfg if patch_norm else None),
                 **(patch_cfg or {})))
         else:
-            self.patch_embed = PixelNormPatchEmbed(in_channels, embed_dims,
-                                                   patch_size, norm_cfg)
+            stem = functools.partial(PixelNormPatchEmbed, in_channels,
+                                     embed_dims, patch_size, norm_cfg)
         self.patch_resolution = grid_after_stride(
             to_2tuple_int(img_size, 'img_size'), patch_size)
-        if with_cls_token:
-            self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims))
         self.interpolate_mode = interpolate_mode
-        self.pos_embed = None
-        if pos_embed == 'learned':  # a tensor, as the stock ViTs'
-            self.pos_embed = nn.Parameter(torch.zeros(
-                1, self.num_extra_tokens + math.prod(self.patch_resolution),
-                embed_dims))
-            trunc_normal_(self.pos_embed, std=.02)
-        self.drop_after_pos = nn.Dropout(drop_rate)
-        self.pre_norm = build_norm_layer(norm_cfg, embed_dims)[1] \
-            if pre_norm else None
 
         cfgs = resolve_attn_cfgs(attn_cfgs, arch, [1] * depth,
                                  [self.patch_resolution] * depth,
@@ -293,23 +282,34 @@ class AttnViT(StagedBackbone):
                         f'with_cls_token=True: {cfg["type"]} works on the '
                         'token grid and cannot take a class token; set '
                         'with_cls_token=False')
-        self.stages = ModuleList()
         block = functools.partial(
             TransformerBlock, embed_dims, ffn_ratio=mlp_ratio,
             ffn_drop=drop_rate, act_cfg=act_cfg, norm_cfg=norm_cfg)
-        for i in range(depth):
-            self.stages.append(Stage(self.build_stage_blocks(i, StageSpec(
-                embed_dims, arch['num_heads'], self.patch_resolution, cfgs[i],
-                drop_paths[i], block, qkv_bias=qkv_bias,
-                settings=dict(attn_drop=attn_drop_rate,
-                              proj_drop=drop_rate)))))
-        if final_norm:
-            self.ln1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        if out_norm:
-            self.add_output_norms(self.num_features,
-                                  lambda c: build_norm_layer(norm_cfg, c)[1])
-        elif out_type == 'avg_featmap':
-            self.ln2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        norm = functools.partial(norm_layer, norm_cfg, embed_dims)
+        self.build(BackboneSpec(
+            arch, dict(
+                patch_embed=stem,
+                cls_token=functools.partial(learned_table, (1, 1, embed_dims))
+                if with_cls_token else None,
+                # A tensor, as the stock ViTs'.
+                pos_embed=functools.partial(learned_table, (
+                    1, self.num_extra_tokens +
+                    math.prod(self.patch_resolution), embed_dims), std=.02)
+                if pos_embed == 'learned' else None,
+                drop_after_pos=functools.partial(nn.Dropout, drop_rate),
+                pre_norm=norm if pre_norm else None),
+            [StageSpec(embed_dims, arch['num_heads'], self.patch_resolution,
+                       cfgs[i], drop_paths[i], block, qkv_bias=qkv_bias,
+                       settings=dict(attn_drop=attn_drop_rate,
+                                     proj_drop=drop_rate))
+             for i in range(depth)],
+            self.out_indices,
+            functools.partial(strided_grid_sides, (patch_size, ) * depth),
+            output_norm=functools.partial(norm_layer, norm_cfg)
+            if out_norm else None,
+            head=dict(ln1=norm if final_norm else None,
+                      ln2=norm if not out_norm and out_type == 'avg_featmap'
+                      else None)))
         self.apply(self._init_weights)
         if with_cls_token:
             trunc_normal_(self.cls_token, std=.02)
@@ -399,8 +399,7 @@ class AttnViT(StagedBackbone):
                 if p is not None]
 
     def final_modules(self):
-        return [getattr(self, name) for name in ('ln1', 'ln2')
-                if hasattr(self, name)]
+        return [norm for norm in (self.ln1, self.ln2) if norm is not None]
 
     # ----------------------------------------------------------- weights
     def position_tables(self):
@@ -411,8 +410,10 @@ class AttnViT(StagedBackbone):
                                    self.num_extra_tokens)
         return tables
 
-    def convert_official(self, state_dict: StateDict) -> StateDict:
-        """See :func:`convert_simple_vit`."""
+    @staticmethod
+    def convert_official_keys(state_dict: StateDict,
+                              block_attention) -> StateDict:
+        """See :func:`convert_simple_vit` (every block converts alike)."""
         return convert_simple_vit(state_dict)
 
     def migrate_layout(self, state_dict: StateDict) -> StateDict:

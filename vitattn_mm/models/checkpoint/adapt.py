@@ -60,7 +60,7 @@ def block_converter(skeleton: str, block_attention, stage: int, block: int,
 class CheckpointLoading:
     """What a :class:`~vitattn_mm.models.backbones.StagedBackbone` does with
     a state dict it is given (a mixin of it). Skeletons override
-    :meth:`convert_official`, :meth:`migrate_layout` and
+    :meth:`convert_official_keys`, :meth:`migrate_layout` and
     :meth:`position_tables`."""
 
     #: What the last ``Pretrained`` load did (set by :meth:`init_weights`).
@@ -78,8 +78,18 @@ class CheckpointLoading:
 
     def convert_official(self, state_dict: StateDict) -> StateDict:
         """An official release's tensors under this backbone's names;
-        other layouts pass through (the skeleton's converter; identity by
-        default)."""
+        other layouts pass through (:meth:`convert_official_keys` with
+        this model's blocks)."""
+        return self.convert_official_keys(state_dict, self.block_attention)
+
+    @staticmethod
+    def convert_official_keys(state_dict: StateDict,
+                              block_attention) -> StateDict:
+        """The skeleton's converter of official releases (identity by
+        default), given ``block_attention(stage, block) -> (attention
+        name, windowed)`` of the network the file goes into: a model's or
+        a description's (:meth:`BackboneSpec.block_attention`), so a file
+        converts without building the network."""
         return state_dict
 
     def migrate_layout(self, state_dict: StateDict) -> StateDict:

@@ -1,9 +1,12 @@
 """What a staged backbone is made of: its stages, the stochastic-depth
-schedule over their blocks, and the initialisation Swin, PVT and their
-offspring share."""
-from typing import List, Optional, Sequence
+schedule over their blocks, the initialisation Swin, PVT and their
+offspring share, and the small factories a description names (picklable,
+so a built model that keeps its description still pickles)."""
+from typing import List, Optional, Sequence, Tuple
 
+import torch
 import torch.nn as nn
+from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 
@@ -23,6 +26,21 @@ def drop_path_slices(rate: float, depths: Sequence[int]) -> List[List[float]]:
     starts = [sum(depths[:i]) for i in range(len(depths))]
     return [rates[start:start + depth]
             for start, depth in zip(starts, depths)]
+
+
+def norm_layer(norm_cfg: dict, channels: int) -> nn.Module:
+    """The norm layer of ``norm_cfg`` over ``channels`` (mmcv's
+    ``build_norm_layer`` without the name)."""
+    return build_norm_layer(norm_cfg, channels)[1]
+
+
+def learned_table(shape: Tuple[int, ...], std: float = 0.) -> nn.Parameter:
+    """A learned table (a class token, a position embedding): zeros, or
+    truncated normal of ``std`` as the stock classes draw them."""
+    table = nn.Parameter(torch.zeros(*shape))
+    if std:
+        trunc_normal_(table, std=std)
+    return table
 
 
 def init_linear_and_norm(module: nn.Module) -> None:
