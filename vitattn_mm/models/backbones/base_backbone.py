@@ -31,7 +31,7 @@ that layout, once for every skeleton:
 """
 from contextvars import ContextVar
 from numbers import Integral
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -56,6 +56,11 @@ from .stage_spec import StageSpec
 #: Set while :meth:`StagedBackbone.spec` runs a constructor for its
 #: description only.
 _DESCRIBING: ContextVar[bool] = ContextVar('describing', default=False)
+
+
+def _make(factory: Optional[Callable[[], object]]):
+    """What a description's factory makes (None for an absent part)."""
+    return None if factory is None else factory()
 
 
 class _Described(Exception):
@@ -238,13 +243,15 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
                              f'the backbone {self.out_indices}')
         self.backbone_spec = spec
         self.min_grids = spec.min_grids()
-        self.drop_after_pos = nn.Identity()  # the stem may give a dropout
         for name, factory in spec.stem.items():
-            setattr(self, name, None if factory is None else factory())
+            setattr(self, name, _make(factory))
+        if 'drop_after_pos' not in spec.stem:
+            # What the forward loop adds position embeddings through.
+            self.drop_after_pos = nn.Identity()
         self.stages = ModuleList(
             self.build_stage(i, stage) for i, stage in enumerate(spec.stages))
         for name, factory in spec.head.items():
-            setattr(self, name, None if factory is None else factory())
+            setattr(self, name, _make(factory))
         if spec.output_norm is not None:
             for i in self.out_indices:
                 self.add_module(f'norm{i}',
@@ -253,13 +260,11 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
     def build_stage(self, index: int, spec: StageSpec) -> Stage:
         """Stage ``index`` from its description, its parts made in the
         order data goes through them."""
-        def make(factory):
-            return None if factory is None else factory()
-
-        patch_embed, pos_embed = make(spec.patch_embed), make(spec.pos_embed)
+        patch_embed = _make(spec.patch_embed)
+        pos_embed = _make(spec.pos_embed)
         blocks = self.build_stage_blocks(index, spec)
         return Stage(blocks, patch_embed=patch_embed, pos_embed=pos_embed,
-                     norm=make(spec.norm), downsample=make(spec.downsample))
+                     norm=_make(spec.norm), downsample=_make(spec.downsample))
 
     def build_stage_blocks(self, index: int, spec: StageSpec) -> ModuleList:
         """The blocks of stage ``index`` from its description: block ``j``

@@ -34,6 +34,13 @@ class PackageConventions:
         return fallback
 
     @classmethod
+    def conventional(cls, name: str, value):
+        """Keyword ``name`` as given, or where left None the default of
+        this class's package (:meth:`default`): how every skeleton reads a
+        keyword whose default the packages disagree on."""
+        return cls.default(name) if value is None else value
+
+    @classmethod
     def for_package(cls, package: str) -> type:
         """The class ``package``'s configs build: ``cls`` itself, or where
         the package's stock classes differ from the documented defaults a

@@ -172,9 +172,8 @@ class AttnSwinTransformer(StagedBackbone):
                                  num_heads=num_heads)
         num_stages = len(arch['depths'])
         super().__init__(
-            num_stages,
-            self.default('out_indices') if out_indices is None else
-            out_indices, **kwargs)
+            num_stages, self.conventional('out_indices', out_indices),
+            **kwargs)
         if strides is not None and tuple(strides) != (
                 patch_size, ) + (2, ) * (num_stages - 1):
             raise InvalidArgument(
@@ -194,8 +193,8 @@ class AttnSwinTransformer(StagedBackbone):
         self.depths = list(arch['depths'])
         self.num_heads = list(arch['num_heads'])
         self.window_size = window_size
-        self.pad_small_map = self.default('pad_small_map') \
-            if pad_small_map is None else pad_small_map
+        self.pad_small_map = self.conventional('pad_small_map',
+                                               pad_small_map)
         self.num_features = [self.embed_dims * 2**i for i in range(num_stages)]
         self.interpolate_mode = interpolate_mode
 

@@ -206,12 +206,11 @@ class AttnViT(StagedBackbone):
                                  num_layers=num_layers, num_heads=num_heads)
         depth = arch['depth']
         super().__init__(depth, out_indices, **kwargs)
-        final_norm = self.default('final_norm') if final_norm is None \
-            else final_norm
-        out_type = self.default('out_type') if out_type is None else out_type
-        norm_cfg = self.default('norm_cfg') if norm_cfg is None else norm_cfg
-        patch_bias = (self.default('patch_bias') if patch_bias is None else
-                      patch_bias) and not pre_norm
+        final_norm = self.conventional('final_norm', final_norm)
+        out_type = self.conventional('out_type', out_type)
+        norm_cfg = self.conventional('norm_cfg', norm_cfg)
+        patch_bias = self.conventional('patch_bias',
+                                       patch_bias) and not pre_norm
         for name, value, valid in (
             ('out_type', out_type, self.OUT_TYPES),
             ('patch_embed', patch_embed, ('conv', 'pixel_norm')),
