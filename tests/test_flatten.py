@@ -614,3 +614,37 @@ def test_the_leading_stages_plan_is_a_value():
     assert stages[0]['window_msa'] == 'FocusedLinearAttention'
     with pytest.raises(ValueError, match='num_flatten_stages must be in'):
         LeadingStagesPlan(focused_linear(3, 5), 5)(dict(depths=[1] * 4), [])
+
+
+def _focused_features_by_autograd(x, s, p):
+    """The focusing function as plain ops, autograd walking them back: the
+    reference of the closed-form backward."""
+    a = (F.relu(x.float()) + 1e-6) / s
+    f = a**p
+    return f * (a.norm(dim=-1, keepdim=True) / f.norm(dim=-1, keepdim=True))
+
+
+@pytest.mark.parametrize('p', [3, 2.5])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_focused_features_backward_in_closed_form(p, dtype):
+    """FocusedFeatures' written-out gradient equals autograd's through the
+    plain ops (input and scale), also for tokens that are all ``eps``
+    (every channel negative: the norms are ~eps^p and a careless grouping
+    overflows fp32) and at large inputs."""
+    from vitattn_mm.ops.linear_attention import FocusedFeatures
+    torch.manual_seed(0)
+    x = torch.randn(2, 9, 24) * 3
+    x[0, :3] = -torch.rand(3, 24)  # all-eps tokens
+    x[1, 4:6] *= 1e3
+    x = x.to(dtype).requires_grad_()
+    s = (torch.rand(1, 1, 24) + 0.3).requires_grad_()
+    g = torch.randn(2, 9, 24)
+    ours = FocusedFeatures.apply(x, s, p)[0]
+    reference = _focused_features_by_autograd(x, s, p)
+    torch.testing.assert_close(ours, reference)
+    got = torch.autograd.grad(ours, (x, s), g)
+    want = torch.autograd.grad(reference, (x, s), g)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and torch.isfinite(a).all()
+        rel = ((a.float() - b.float()).norm() / b.float().norm()).item()
+        assert rel < (1e-5 if dtype == torch.float32 else 5e-3), rel
