@@ -247,3 +247,20 @@ def test_the_h200_preset_is_the_fit_of_the_kept_gpu_runs():
         [(steps[calibrate.step_key(r)], float(r['step_ms'])) for r in rows])
     assert fitted == cm.HARDWARE['h200-eager-2026-11']
     assert error < 0.2
+
+
+def test_no_eager_step_takes_tensors_apart_by_select():
+    """Issue 31's pass: no backbone's eager training step takes heads or
+    q / k / v apart with ``select`` (whose backward writes a zero map of
+    the whole tensor per piece, then adds them); ``unbind`` / ``chunk``
+    give one gradient pass."""
+    from tiny_backbones import registered_backbones, tiny_kwargs
+    found = {}
+    for name in registered_backbones():
+        model = cm.build_on_meta(dict(type=name, attn_backend='eager',
+                                      **tiny_kwargs(name)))
+        ops = cm.record_step(model, (64, 96))
+        count = sum(r.name == 'aten::select_backward' for r in ops)
+        if count:
+            found[name] = count
+    assert found == {}

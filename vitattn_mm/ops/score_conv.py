@@ -44,10 +44,12 @@ def score_conv_eager(logits: torch.Tensor, key_weight: torch.Tensor,
     # images of the query grid: each conv runs in the layout the scores
     # already have, one head at a time (its kernel shared by all the
     # head's rows / columns).
+    # The heads come apart by unbind: its backward is one stack, where a
+    # select per head would write a zero map of every head and add them.
     B, h, Nq, Nk = logits.shape
     heads = []
-    for i in range(h):
-        x = logits[:, i].reshape(B, Nq, *key_hw)
+    for i, x in enumerate(logits.unbind(1)):
+        x = x.reshape(B, Nq, *key_hw)
         x = token_depthwise_conv(x, key_weight[i:i + 1])
         x = x.reshape(B, *query_hw, Nk).permute(0, 3, 1, 2)
         x = token_depthwise_conv(x, query_weight[i:i + 1])
