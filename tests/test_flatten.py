@@ -616,22 +616,16 @@ def test_the_leading_stages_plan_is_a_value():
         LeadingStagesPlan(focused_linear(3, 5), 5)(dict(depths=[1] * 4), [])
 
 
-def _focused_features_by_autograd(x, s, p):
-    """The focusing function as plain ops, autograd walking them back: the
-    reference of the closed-form backward."""
-    a = (F.relu(x.float()) + 1e-6) / s
-    f = a**p
-    return f * (a.norm(dim=-1, keepdim=True) / f.norm(dim=-1, keepdim=True))
-
-
 @pytest.mark.parametrize('p', [3, 2.5])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
 def test_focused_features_backward_in_closed_form(p, dtype):
     """FocusedFeatures' written-out gradient equals autograd's through the
     plain ops (input and scale), also for tokens that are all ``eps``
     (every channel negative: the norms are ~eps^p and a careless grouping
-    overflows fp32) and at large inputs."""
-    from vitattn_mm.ops.linear_attention import FocusedFeatures
+    overflows fp32) and at large inputs. (The plain ops are what a
+    captured graph runs; the ONNX round trips hold them to eager.)"""
+    from vitattn_mm.ops.focusing import (FocusedFeatures,
+                                      focused_features_ops)
     torch.manual_seed(0)
     x = torch.randn(2, 9, 24) * 3
     x[0, :3] = -torch.rand(3, 24)  # all-eps tokens
@@ -640,7 +634,7 @@ def test_focused_features_backward_in_closed_form(p, dtype):
     s = (torch.rand(1, 1, 24) + 0.3).requires_grad_()
     g = torch.randn(2, 9, 24)
     ours = FocusedFeatures.apply(x, s, p)[0]
-    reference = _focused_features_by_autograd(x, s, p)
+    reference = focused_features_ops(x, s, p)
     torch.testing.assert_close(ours, reference)
     got = torch.autograd.grad(ours, (x, s), g)
     want = torch.autograd.grad(reference, (x, s), g)

@@ -7,8 +7,8 @@ from .diagonality_loss import (MAX_SIDE, diagonality_loss_eager,
                                diagonality_loss_op, diagonality_terms,
                                pool_queries, pooled_diagonality_loss_eager,
                                pooled_diagonality_loss_op, pooled_op_takes)
-from .linear_attention import (focused_features,
-                               focused_linear_attention_eager,
+from .focusing import focused_features
+from .linear_attention import (focused_linear_attention_eager,
                                focused_linear_attention_op,
                                relu_linear_attention_eager,
                                relu_linear_attention_op)

@@ -1,0 +1,83 @@
+"""FLatten's focusing function: the kernel of its queries and keys, with
+its gradient written out for the eager path."""
+import torch
+import torch.nn.functional as F
+
+from ..models.layers.size_aware import capturing
+
+
+def focused_features(x: torch.Tensor, s: torch.Tensor,
+                     focusing_factor: float) -> torch.Tensor:
+    """FLatten's kernel of ``(..., C)`` queries or keys, in fp32:
+    ``(ReLU(x) + 1e-6) / s``, raised to ``focusing_factor`` and rescaled to
+    keep each token's norm over all C channels.
+
+    Eagerly autograd sees one function (:class:`FocusedFeatures`) whose
+    backward is written out: the chain of eight elementwise ops would
+    otherwise save and walk back eight token maps, each pass a kernel on a
+    GPU. A captured graph takes the ops themselves (a compiler fuses the
+    chain; an ONNX graph has no backward)."""
+    if capturing():
+        return focused_features_ops(x, s, focusing_factor)
+    return FocusedFeatures.apply(x, s, focusing_factor)[0]
+
+
+def focused_features_ops(x: torch.Tensor, s: torch.Tensor,
+                         focusing_factor: float) -> torch.Tensor:
+    """:func:`focused_features` as plain ops, for autograd to walk back."""
+    a = (F.relu(x.float()) + 1e-6) / s
+    f = a**focusing_factor
+    return f * (torch.linalg.vector_norm(a, dim=-1, keepdim=True) /
+                torch.linalg.vector_norm(f, dim=-1, keepdim=True))
+
+
+class FocusedFeatures(torch.autograd.Function):
+    """:func:`focused_features` with its gradient in closed form.
+
+    With ``a = (ReLU(x) + eps) / s``, ``f = a^p``, ``r = |a|``, ``t = |f|``
+    (norms over channels) and ``y = f r / t``, for an upstream ``g`` and
+    ``c = f . g / t`` per token::
+
+        dL/df = r/t (g - c f / t)
+        dL/da = p a^(p-1) dL/df + c / r a
+        dL/dx = dL/da / s where x > 0,   dL/ds = -sum(dL/da a) / s
+
+    grouped so that no factor leaves fp32's range where a token is all
+    ``eps`` (``t`` ~ eps^p: ``r / t^3`` would overflow, ``r / t`` does
+    not). ``apply(x, s, p)`` returns the features, then ``a`` and the two
+    norms (not differentiable), which it saves with the input; ``f`` is
+    recomputed.
+    """
+
+    @staticmethod
+    def forward(x: torch.Tensor, s: torch.Tensor, p: float):
+        a = (F.relu(x.float()) + 1e-6) / s
+        r = torch.linalg.vector_norm(a, dim=-1, keepdim=True)
+        f = a**p
+        t = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+        return f * (r / t), a, r, t
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        # (Not in forward: the backward ops differentiate the eager
+        # composition with torch.func, which needs the split.)
+        x, s, ctx.p = inputs
+        _, a, r, t = output
+        ctx.mark_non_differentiable(a, r, t)
+        ctx.save_for_backward(x, s, a, r, t)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor, *_):
+        x, s, a, r, t = ctx.saved_tensors
+        p = ctx.p
+        h = a**(p - 1)
+        f = h * a
+        c = torch.linalg.vecdot(f, g, dim=-1).unsqueeze(-1) / t
+        grad_f = torch.addcmul(g, f, -c / t) * (r / t)
+        grad_a = torch.addcmul(a * (c / r), h, grad_f, value=p)
+        grad_x = grad_s = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.where(x > 0, grad_a / s, 0.).to(x.dtype)
+        if ctx.needs_input_grad[1]:
+            grad_s = -(grad_a * a).sum_to_size(s.shape) / s
+        return grad_x, grad_s, None
