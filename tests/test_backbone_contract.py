@@ -245,6 +245,10 @@ def test_spec_refuses_what_the_constructor_refuses():
         AttnSwinTransformer.spec(arch='huge')
     with pytest.raises(TypeError, match='attn_cfgs'):
         FLattenSwinTransformer.spec(attn_cfgs=dict(type='WindowMSA'))
+    # A package's class describes itself with that package's conventions.
+    spec = AttnSwinTransformer.for_package('mmpretrain').spec()
+    assert spec.out_indices == (3, )
+    assert spec.stages[0].attn_cfgs[0]['pad_small_map'] is False
     spec = FLattenSwinTransformer.spec('tiny', flatten_window_size=56)
     assert spec.block_attention(0, 0) == ('FocusedLinearAttention', True)
     assert spec.block_attention(2, 1) == ('WindowMSA', True)
