@@ -22,8 +22,8 @@ from ...registry import register_model
 from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
 from ..layers.padding import CornerPatchEmbed, grid_after_stride, pad_corner
-from ..layers.stage import (drop_path_slices, norm_layer,
-                            init_linear_and_norm)
+from ..layers.stage import (drop_path_slices, init_linear_and_norm,
+                            norm_layer)
 from ..layers.common import to_2tuple_int
 from ..checkpoint.pretrained import StateDict
 from .backbone_spec import BackboneSpec
