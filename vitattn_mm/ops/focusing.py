@@ -25,10 +25,17 @@ def focused_features(x: torch.Tensor, s: torch.Tensor,
 def focused_features_ops(x: torch.Tensor, s: torch.Tensor,
                          focusing_factor: float) -> torch.Tensor:
     """:func:`focused_features` as plain ops, for autograd to walk back."""
+    return _focus(x, s, focusing_factor)[0]
+
+
+def _focus(x: torch.Tensor, s: torch.Tensor, p: float):
+    """The features, ``a = (ReLU(x) + eps) / s`` and the norms of ``a``
+    and ``a^p`` over the channels."""
     a = (F.relu(x.float()) + 1e-6) / s
-    f = a**focusing_factor
-    return f * (torch.linalg.vector_norm(a, dim=-1, keepdim=True) /
-                torch.linalg.vector_norm(f, dim=-1, keepdim=True))
+    r = torch.linalg.vector_norm(a, dim=-1, keepdim=True)
+    f = a**p
+    t = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+    return f * (r / t), a, r, t
 
 
 class FocusedFeatures(torch.autograd.Function):
@@ -51,11 +58,7 @@ class FocusedFeatures(torch.autograd.Function):
 
     @staticmethod
     def forward(x: torch.Tensor, s: torch.Tensor, p: float):
-        a = (F.relu(x.float()) + 1e-6) / s
-        r = torch.linalg.vector_norm(a, dim=-1, keepdim=True)
-        f = a**p
-        t = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
-        return f * (r / t), a, r, t
+        return _focus(x, s, p)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
