@@ -53,10 +53,6 @@ class BackboneSpec:
     head: Factories = field(default_factory=dict)
 
     @property
-    def num_stages(self) -> int:
-        return len(self.stages)
-
-    @property
     def depths(self) -> List[int]:
         return [stage.depth for stage in self.stages]
 

@@ -242,6 +242,7 @@ class StagedBackbone(PackageConventions, ArchResolution, CheckpointLoading,
             raise ValueError(f'the spec returns stages {spec.out_indices}, '
                              f'the backbone {self.out_indices}')
         self.backbone_spec = spec
+        # Kept: the input check reads it in every forward.
         self.min_grids = spec.min_grids()
         for name, factory in spec.stem.items():
             setattr(self, name, _make(factory))

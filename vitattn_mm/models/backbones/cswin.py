@@ -21,14 +21,14 @@ import torch
 from ...registry import register_model
 from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
-from ..layers.padding import CornerPatchEmbed, grid_after_stride, pad_corner
+from ..layers.padding import CornerPatchEmbed, pad_corner
 from ..layers.stage import (drop_path_slices, init_linear_and_norm,
                             norm_layer)
 from ..layers.common import to_2tuple_int
 from ..checkpoint.pretrained import StateDict
 from .backbone_spec import BackboneSpec
 from .base_backbone import StagedBackbone
-from .input_size import strided_grid_sides
+from .input_size import grids_at, strided_grid_sides
 from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
@@ -126,10 +126,11 @@ class AttnCSwinTransformer(StagedBackbone):
         self.num_features = [embed_dims * 2**i for i in range(num_stages)]
         self.split_sizes = tuple(split_sizes)
 
-        pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
-        grids = [grid_after_stride(pretrain_hw, self.stem_stride)]
-        for _ in range(num_stages - 1):
-            grids.append(grid_after_stride(grids[-1], 2))
+        grid_sides = functools.partial(
+            strided_grid_sides,
+            [self.stem_stride * 2**i for i in range(num_stages)])
+        grids = grids_at(grid_sides, to_2tuple_int(pretrain_img_size,
+                                                   'pretrain_img_size'))
         cfgs = resolve_attn_cfgs(attn_cfgs, arch, depths, grids,
                                  dict(type='CrossShapedWindowAttention'))
         drop_paths = drop_path_slices(drop_path_rate, depths)
@@ -158,9 +159,7 @@ class AttnCSwinTransformer(StagedBackbone):
                 patch_embed=patch_embeds[i] if i else None))
         self.build(BackboneSpec(
             arch, dict(patch_embed=patch_embeds[0]), stages,
-            self.out_indices, functools.partial(
-                strided_grid_sides,
-                [self.stem_stride * 2**i for i in range(num_stages)]),
+            self.out_indices, grid_sides,
             output_norm=functools.partial(norm_layer, norm_cfg)))
         self.apply(init_linear_and_norm)
 

@@ -31,6 +31,13 @@ def patch_grid_sides(layout: Sequence[Tuple[int, int, Union[int, str]]],
     return sides
 
 
+def grids_at(grid_sides: GridSides,
+             hw: Sequence[int]) -> List[Tuple[int, int]]:
+    """Each stage's ``(H, W)`` grid for an ``(H, W)`` input, by the
+    layout's rule (e.g. the pretraining grids)."""
+    return list(zip(*(grid_sides(side) for side in hw)))
+
+
 def least_input_size(grid_sides: GridSides, min_grids: Sequence[int]) -> int:
     """Smallest input side whose every stage's grid holds the least grid
     its layers need (1 in a layout that pads everywhere).
@@ -62,12 +69,6 @@ class InputSize:
     def grid_sides(self, size: int) -> List[int]:
         """Each stage's token-grid side for an input side of ``size``."""
         return self.backbone_spec.grid_sides(size)
-
-    def takes_input_size(self, size: int) -> bool:
-        """Whether every stage's grid at input side ``size`` holds what its
-        layers need."""
-        return all(side >= need for side, need in zip(
-            self.grid_sides(size), self.min_grids))
 
     @property
     def min_input_size(self) -> int:

@@ -31,13 +31,13 @@ from ..attentions.linear_global import LocalConcentrationModule
 from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
 from ..layers.common import nchw_to_nlc, to_2tuple_int
-from ..layers.padding import CornerPadding, grid_after_stride
+from ..layers.padding import CornerPadding
 from ..layers.pos_embed import ConditionalPositionEncoding
 from ..layers.stage import drop_path_slices, norm_layer
 from ..checkpoint.pretrained import StateDict
 from .backbone_spec import BackboneSpec
 from .base_backbone import StagedBackbone
-from .input_size import strided_grid_sides
+from .input_size import grids_at, strided_grid_sides
 from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
@@ -295,10 +295,10 @@ class L2ViT(StagedBackbone):
         self.embed_dims = embed_dims
         self.num_features = list(embed_dims)
 
-        pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
-        grids = [grid_after_stride(pretrain_hw, 4)]
-        for _ in range(num_stages - 1):
-            grids.append(grid_after_stride(grids[-1], 2))
+        grid_sides = functools.partial(
+            strided_grid_sides, [4 * 2**i for i in range(num_stages)])
+        grids = grids_at(grid_sides, to_2tuple_int(pretrain_img_size,
+                                                   'pretrain_img_size'))
         cfgs = resolve_attn_cfgs(
             attn_cfgs, arch, depths, grids,
             functools.partial(l2vit_attention, window_size=window_size,
@@ -321,9 +321,7 @@ class L2ViT(StagedBackbone):
             arch, dict(patch_embed=functools.partial(
                 ConvStem, in_channels, embed_dims[0], conv_norm_cfg,
                 norm_cfg=norm_cfg)), stages, self.out_indices,
-            functools.partial(strided_grid_sides,
-                              [4 * 2**i for i in range(num_stages)]),
-            output_norm=functools.partial(norm_layer, norm_cfg)))
+            grid_sides, output_norm=functools.partial(norm_layer, norm_cfg)))
         self.apply(self._init_weights)
 
     @staticmethod

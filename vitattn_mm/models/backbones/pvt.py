@@ -27,7 +27,7 @@ from ..layers.stage import (drop_path_slices, init_linear_and_norm,
 from ..checkpoint.pretrained import StateDict
 from .backbone_spec import BackboneSpec
 from .base_backbone import StagedBackbone
-from .input_size import patch_grid_sides
+from .input_size import grids_at, patch_grid_sides
 from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
@@ -175,8 +175,8 @@ class AttnPVT(StagedBackbone):
         self.patch_layout = tuple(zip(patch_sizes, strides, paddings))
 
         grid_sides = functools.partial(patch_grid_sides, self.patch_layout)
-        pretrain_hw = to_2tuple_int(pretrain_img_size, 'pretrain_img_size')
-        grids = list(zip(*(grid_sides(side) for side in pretrain_hw)))
+        grids = grids_at(grid_sides, to_2tuple_int(pretrain_img_size,
+                                                   'pretrain_img_size'))
         cfgs = resolve_attn_cfgs(
             attn_cfgs, arch, depths, grids,
             dict(type='SpatialReductionAttention', norm_cfg=norm_cfg))

@@ -23,15 +23,14 @@ from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
 from ..layers.common import (InvalidArgument, check_type,
                              pretrain_input_size, to_2tuple_int)
-from ..layers.padding import (CornerPatchEmbed, CornerPatchMerging,
-                              grid_after_stride)
+from ..layers.padding import CornerPatchEmbed, CornerPatchMerging
 from ..layers.pos_embed import resize_pos_embed
 from ..layers.stage import (drop_path_slices, init_linear_and_norm,
                             learned_table, norm_layer)
 from ..checkpoint.pretrained import StateDict
 from .backbone_spec import BackboneSpec
 from .base_backbone import StagedBackbone
-from .input_size import strided_grid_sides
+from .input_size import grids_at, strided_grid_sides
 from .stage_spec import StageSpec
 from ..checkpoint.adapt import block_converter
 
@@ -198,13 +197,12 @@ class AttnSwinTransformer(StagedBackbone):
         self.num_features = [self.embed_dims * 2**i for i in range(num_stages)]
         self.interpolate_mode = interpolate_mode
 
-        patch_resolution = grid_after_stride(
-            to_2tuple_int(pretrain_img_size, 'pretrain_img_size'), patch_size)
-        self.patch_resolution = patch_resolution
+        grid_sides = functools.partial(
+            strided_grid_sides, [patch_size * 2**i for i in range(num_stages)])
+        grids = grids_at(grid_sides, to_2tuple_int(pretrain_img_size,
+                                                   'pretrain_img_size'))
+        patch_resolution = self.patch_resolution = grids[0]
         self.use_abs_pos_embed = use_abs_pos_embed
-        grids = [patch_resolution]
-        for _ in range(num_stages - 1):
-            grids.append(grid_after_stride(grids[-1], 2))
         cfgs = resolve_attn_cfgs(attn_cfgs, arch, self.depths, grids,
                                  SWIN_ATTENTION)
         drop_paths = drop_path_slices(drop_path_rate, self.depths)
@@ -239,9 +237,7 @@ class AttnSwinTransformer(StagedBackbone):
                                     self.embed_dims), std=0.02)
                 if use_abs_pos_embed else None,
                 drop_after_pos=functools.partial(nn.Dropout, drop_rate)),
-            stages, self.out_indices,
-            functools.partial(strided_grid_sides, [
-                patch_size * 2**i for i in range(num_stages)]),
+            stages, self.out_indices, grid_sides,
             output_norm=functools.partial(norm_layer, norm_cfg)))
         self.apply(init_linear_and_norm)
 
