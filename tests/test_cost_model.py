@@ -264,3 +264,23 @@ def test_no_eager_step_takes_tensors_apart_by_select():
         if count:
             found[name] = count
     assert found == {}
+
+
+@pytest.mark.parametrize('num_heads', [1, 3, 8])
+def test_score_map_convs_take_every_head_at_once(num_heads):
+    """Less-Attention's transform runs a fixed number of kernels whatever
+    its heads (a loop over heads cost a GPU step 1,300 ops of
+    LessAttn-Swin-T's 3,035): two depthwise convs and the 1x1 head mix
+    forward, their three backwards."""
+    from vitattn_mm.models.attentions.less_attention.transforms import \
+        ConvAttentionTransform
+    transform = ConvAttentionTransform(num_heads, attn_backend='eager')
+    logits = torch.randn(2, num_heads, 35, 12, requires_grad=True)
+    recorder = cm.StepRecorder()
+    with recorder:
+        out = transform(logits, (5, 7), (3, 4))
+        recorder.phase = 'backward'
+        out.sum().backward()
+    convs = [r for r in recorder.ops if 'convolution' in r.name]
+    assert [r.phase for r in convs] == ['forward'] * 3 + ['backward'] * 3
+    assert len(recorder.ops) <= 16, [r.name for r in recorder.ops]

@@ -4,9 +4,10 @@
 Each head's ``(N_q, N_k)`` logits convolved by a depthwise ``K x K`` kernel
 over the key grid, then by one over the query grid (the two convolutions of
 :class:`~vitattn_mm.models.attentions.less_attention.transforms.ConvAttentionTransform`;
-its 1x1 head mix stays a convolution). Eagerly that is two convolutions per
-head, with a slice and a stack around them; the op is one pass over the map
-per convolution (two forward, three backward), without them. As
+its 1x1 head mix stays a convolution). Eagerly that is two convolutions of
+all heads, with the map transposed between them and back after; the op is
+one pass over the map per convolution (two forward, three backward),
+without the transposes. As
 :mod:`.linear_attention`: the eager composition is the reference and the
 CPU path, the shape function serves ``torch.compile``
 and the cost model, the kernels (:mod:`.triton_score_conv`) run on CUDA
@@ -39,22 +40,14 @@ def score_conv_eager(logits: torch.Tensor, key_weight: torch.Tensor,
     Returns:
         Tensor: ``(B, heads, N_q, N_k)``.
     """
-    # The maps are never transposed. A head's (N_q, key grid) scores are
-    # N_q images of the key grid in NCHW and, read as channels-last, N_k
-    # images of the query grid: each conv runs in the layout the scores
-    # already have, one head at a time (its kernel shared by all the
-    # head's rows / columns).
-    # The heads come apart by unbind: its backward is one stack, where a
-    # select per head would write a zero map of every head and add them.
+    # A head's (N_q, key grid) scores are N_q images of the key grid; its
+    # columns, once transposed, N_k images of the query grid. Each conv
+    # takes every head at once, its kernel shared by the head's maps.
     B, h, Nq, Nk = logits.shape
-    heads = []
-    for i, x in enumerate(logits.unbind(1)):
-        x = x.reshape(B, Nq, *key_hw)
-        x = token_depthwise_conv(x, key_weight[i:i + 1])
-        x = x.reshape(B, *query_hw, Nk).permute(0, 3, 1, 2)
-        x = token_depthwise_conv(x, query_weight[i:i + 1])
-        heads.append(x.permute(0, 2, 3, 1).reshape(B, Nq, Nk))
-    return torch.stack(heads, 1)
+    x = token_depthwise_conv(logits.reshape(B, h, Nq, *key_hw), key_weight)
+    x = x.view(B, h, Nq, Nk).transpose(2, 3).reshape(B, h, Nk, *query_hw)
+    x = token_depthwise_conv(x, query_weight)
+    return x.view(B, h, Nk, Nq).transpose(2, 3).contiguous()
 
 
 def _kernels():

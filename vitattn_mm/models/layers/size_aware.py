@@ -23,25 +23,34 @@ def capturing() -> bool:
 
 
 def token_depthwise_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Convolve every channel of an NCHW map with one shared ``k x k``
-    kernel (``weight``: ``(1, 1, k, k)``, zero padding ``k // 2``), where the
-    channels are a token count (Less-Attention's score maps: one image of
-    the key grid per query, of the query grid per key).
+    """Convolve each head's maps with the head's ``k x k`` kernel, where the
+    maps are as many as a token count (Less-Attention's score maps: one
+    image of the key grid per query, of the query grid per key).
 
-    Eagerly one depthwise conv with as many groups as channels, the fastest
-    kernel on the CPU (3-6x the others measured). A graph cannot take a
-    group count that follows the input size (ONNX's is an attribute, and
-    ``torch.compile`` would recompile per size), so while one is captured
-    the channels become the depth of a 3-D conv with the same static
-    ``1 x k x k`` kernel: the same result.
+    Args:
+        x (Tensor): ``(B, heads, T, H, W)``: ``T`` maps per head.
+        weight (Tensor): ``(heads, 1, k, k)``; zero padding ``k // 2``.
+
+    Returns:
+        Tensor: ``(B, heads, T, H, W)``, contiguous.
+
+    Eagerly one depthwise conv whose channels are every head's maps, the
+    head's kernel repeated over them: one call for all heads (one per head
+    was two kernels and four backward passes each on a GPU), and the
+    fastest conv on the CPU (3-6x the others measured). A graph cannot
+    take a group count that follows the input size (ONNX's is an
+    attribute, and ``torch.compile`` would recompile per size), so while
+    one is captured the maps are the depth of a 3-D conv grouped by head,
+    with the same static ``1 x k x k`` kernels: the same result.
     """
     pad = weight.shape[-1] // 2
     if capturing():
-        return F.conv3d(x[:, None], weight[:, :, None],
-                        padding=(0, pad, pad))[:, 0]
-    channels = x.shape[1]
-    return F.conv2d(x, weight.expand(channels, -1, -1, -1), padding=pad,
-                    groups=channels)
+        return F.conv3d(x, weight[:, :, None], padding=(0, pad, pad),
+                        groups=weight.shape[0])
+    B, heads, maps, H, W = x.shape
+    per_map = weight.repeat_interleave(maps, dim=0)
+    return F.conv2d(x.reshape(B, heads * maps, H, W), per_map,
+                    padding=pad, groups=heads * maps).view(x.shape)
 
 
 def token_pointwise_conv(x: torch.Tensor, weight: torch.Tensor
