@@ -31,7 +31,9 @@ def focused_features_ops(x: torch.Tensor, s: torch.Tensor,
 def _focus(x: torch.Tensor, s: torch.Tensor, p: float):
     """The features, ``a = (ReLU(x) + eps) / s`` and the norms of ``a``
     and ``a^p`` over the channels."""
-    a = (F.relu(x.float()) + 1e-6) / s
+    # ReLU in the input's dtype (exact), then fp32 by promotion with a
+    # 1-element eps: no pass of its own for the cast.
+    a = (F.relu(x) + s.new_full((1, ), 1e-6)) / s
     r = torch.linalg.vector_norm(a, dim=-1, keepdim=True)
     f = a**p
     t = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
@@ -52,8 +54,8 @@ class FocusedFeatures(torch.autograd.Function):
     grouped so that no factor leaves fp32's range where a token is all
     ``eps`` (``t`` ~ eps^p: ``r / t^3`` would overflow, ``r / t`` does
     not). ``apply(x, s, p)`` returns the features, then ``a`` and the two
-    norms (not differentiable), which it saves with the input; ``f`` is
-    recomputed.
+    norms (not differentiable, never given a gradient), which it saves
+    with the input; ``f`` is recomputed.
     """
 
     @staticmethod
@@ -67,20 +69,27 @@ class FocusedFeatures(torch.autograd.Function):
         x, s, ctx.p = inputs
         _, a, r, t = output
         ctx.mark_non_differentiable(a, r, t)
+        # No zero maps for the gradients of a, r and t, which are None.
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, s, a, r, t)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor, *_):
         x, s, a, r, t = ctx.saved_tensors
+        if g is None:
+            return None, None, None
         p = ctx.p
         h = a**(p - 1)
         f = h * a
-        c = torch.linalg.vecdot(f, g, dim=-1).unsqueeze(-1) / t
-        grad_f = torch.addcmul(g, f, -c / t) * (r / t)
+        c = (f * g).sum(dim=-1, keepdim=True) / t
+        grad_f = torch.addcmul(g, f, c / t, value=-1) * (r / t)
         grad_a = torch.addcmul(a * (c / r), h, grad_f, value=p)
         grad_x = grad_s = None
+        grad = grad_a / s
         if ctx.needs_input_grad[0]:
-            grad_x = torch.where(x > 0, grad_a / s, 0.).to(x.dtype)
+            # The ReLU's gradient, one pass (where(x > 0, ...) is three).
+            grad_x = torch.ops.aten.threshold_backward(grad, x,
+                                                       0).to(x.dtype)
         if ctx.needs_input_grad[1]:
-            grad_s = -(grad_a * a).sum_to_size(s.shape) / s
+            grad_s = -(grad * a).sum_to_size(s.shape)
         return grad_x, grad_s, None

@@ -66,16 +66,17 @@ def focused_linear_attention_eager(
     with full_precision(q):
         q = focused_features(q, s, focusing_factor)
         k = focused_features(k, s, focusing_factor)
-        q, k, v = (_split_heads(t, num_heads)
-                   for t in (q, k, values.float()))
-        # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
-        # (v / sqrt(n)) with the 1 / n folded into z: in fp32 nothing
+        q, k = _split_heads(q, num_heads), _split_heads(k, num_heads)
+        # The values with a column of ones: one product gives q (k^T v)
+        # and the normaliser q . sum(k) together. The official
+        # z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T (v / sqrt(n))
+        # with the 1 / n folded into the normaliser: in fp32 nothing
         # overflows, and two scalings of whole key and value maps (and
         # their gradients) are passes saved.
-        n = k.shape[-2]
-        z = 1 / (q @ k.sum(dim=-2, keepdim=True).transpose(-2, -1) +
-                 n * 1e-6)
-        out = q @ (k.transpose(-2, -1) @ v) * z
+        v = F.pad(_split_heads(values, num_heads).float(), (0, 1), value=1.)
+        n, d = v.shape[-2], C // num_heads
+        out, norm = (q @ (k.transpose(-2, -1) @ v)).split([d, 1], dim=-1)
+        out = out / (norm + n * 1e-6)
     out = out.transpose(1, 2).reshape(B, N, C).to(dtype)
     if dwc_map is None:
         dwc_map = nlc_to_nchw(values, hw)
