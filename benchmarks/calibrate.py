@@ -1,14 +1,16 @@
 """Fit the cost model to GPU suite runs, after the fact, on the CPU.
 
 Reads runs' ``train.csv`` and ``backends.csv`` (``benchmarks/gpu_suite.py``),
-records each measured model's training step on the meta device as the suite
-projects it (bf16 autocast, batch and size of the row, the fused ops where
-the row ran them), fits MFU, bandwidth efficiency, dispatch cost and the
-fused ops' efficiency (:func:`cost_model.calibrate`) to the bf16 rows' step
-times, and prints, per row, the measured and projected step and speed ratio
-(a family against its baseline; a fused row against its eager row) with
-both the default and the fitted parameters. fp16 rows are left out of the
-fit: their GradScaler's unscale and inf checks are not in the projection.
+takes each measured model's training step as the suite recorded it on the
+meta device when it ran (``steps.json`` beside the CSVs: bf16 autocast,
+batch and size of the row, the fused ops where the row ran them; a run
+without one is recorded from today's code, which may differ), fits MFU,
+bandwidth efficiency, dispatch cost and the fused ops' efficiency
+(:func:`cost_model.calibrate`) to the bf16 rows' step times, and prints,
+per row, the measured and projected step and speed ratio (a family against
+its baseline; a fused row against its eager row) with both the default and
+the fitted parameters. fp16 rows are left out of the fit: their
+GradScaler's unscale and inf checks are not in the projection.
 Example (the runs kept in the repository)::
 
     python benchmarks/calibrate.py benchmarks/gpu_runs/*/train.csv \
@@ -16,6 +18,7 @@ Example (the runs kept in the repository)::
 """
 import argparse
 import csv
+import json
 import math
 import os
 import sys
@@ -37,13 +40,32 @@ def load_rows(path: str, precision: str = 'bf16') -> List[dict]:
                 if r['status'] == 'ok' and r['precision'] == precision]
 
 
+#: A run's steps as recorded when it ran (:func:`cost_model.tally` per
+#: :func:`step_name`), beside its CSVs.
+STEPS_FILE = 'steps.json'
+
+
+def step_name(key: Tuple) -> str:
+    """The name of a :func:`step_key` in :data:`STEPS_FILE`: the suite
+    records a step eager (the default) or fused ('triton')."""
+    model, height, width, backend = key
+    fused = 'triton' if backend == 'triton' else ''
+    return f'{model}|{height}x{width}|{fused}'
+
+
 def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
-    """Each row's step as the cost model records it."""
+    """Each row's step as the cost model records it: from the run's
+    :data:`STEPS_FILE` (the step that ran) where it has one, else recorded
+    now, from the code as it is (which may have changed since the run)."""
     specs = {s.label: s for s in MODEL_SPECS}
     steps = {}
     for r in rows:
         key = step_key(r)
         if key in steps:
+            continue
+        kept = _kept_steps(os.path.dirname(r['source']))
+        if step_name(key) in kept:
+            steps[key] = cost_model.untally(kept[step_name(key)])
             continue
         backend = key[3]
         with torch.device('meta'):
@@ -51,8 +73,17 @@ def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
                 dict(attn_backend=backend) if backend else {}))
         steps[key] = cost_model.record_step(model, key[1:3], int(r['batch']),
                                             torch.bfloat16)
-        print(f'recorded {key}', file=sys.stderr, flush=True)
+        print(f'recorded {key} from the code as it is now: the run keeps '
+              f'no {STEPS_FILE} entry for it', file=sys.stderr, flush=True)
     return steps
+
+
+def _kept_steps(run_dir: str) -> dict:
+    path = os.path.join(run_dir, STEPS_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
 
 
 def step_key(r: dict) -> Tuple:

@@ -222,6 +222,23 @@ class StepRecorder(TorchDispatchMode):
         return out
 
 
+def tally(ops: Sequence[OpRecord]) -> List[list]:
+    """A step's ops as ``[name, flops, bytes, count]`` rows (identical
+    kernels counted once): what a GPU run keeps beside its timings, so
+    that a later fit compares each measured time with the step that ran,
+    not with what the code has become since."""
+    counts: Dict[Tuple[str, int, int], int] = defaultdict(int)
+    for r in ops:
+        counts[(r.name, r.flops, r.nbytes)] += 1
+    return [[*key, n] for key, n in sorted(counts.items())]
+
+
+def untally(rows: Sequence[Sequence]) -> List[OpRecord]:
+    """The ops of a :func:`tally` (their phases are not kept)."""
+    return [OpRecord(name, int(flops), int(nbytes), 'step')
+            for name, flops, nbytes, n in rows for _ in range(int(n))]
+
+
 # ------------------------------------------- SDPA as the GPU's fused kernel
 
 

@@ -30,7 +30,8 @@ markdown tables behind even when it is cut short. Sections (``--only``):
   compiled again while two more input sizes are fed.
 
 Outputs in ``--out`` (default ``$OUT``): ``env.json``, ``train.csv``,
-``numerics.csv``, ``core.csv``, ``compile.csv`` and ``summary.md``. Each
+``numerics.csv``, ``core.csv``, ``compile.csv``, ``summary.md`` and
+``steps.json`` (the projected steps, for benchmarks/calibrate.py). Each
 section's CSV is rewritten after every measurement and ``summary.md`` after
 every section, so a run stopped from outside still leaves its results. A
 measurement that fails (out of memory, an unsupported op, over its time
@@ -1685,11 +1686,22 @@ class Context:
                         dict(attn_backend=backend) if backend else {}))
                 self._steps[key] = cost_model.record_step(
                     model, shape, self.settings.batch, torch.bfloat16)
+                self._keep_steps()
             except Exception as exc:  # the row says it has no projection
                 self.log(f'[cost model] {spec.label}: '
                          f'{describe_error(exc)}')
                 self._steps[key] = None
         return self._steps[key]
+
+    def _keep_steps(self) -> None:
+        """Write the recorded steps beside the CSVs (``steps.json``, as
+        benchmarks/calibrate.py reads them): a later fit then compares each
+        measured time with the step that ran."""
+        kept = {f'{label}|{h}x{w}|{backend or ""}': cost_model.tally(ops)
+                for (label, (h, w), _, backend), ops in self._steps.items()
+                if ops}
+        with open(osp.join(self.out, 'steps.json'), 'w') as f:
+            json.dump(kept, f)
 
     def projection(self, spec: ModelSpec, shape: Shape, precision: str,
                    backend: Optional[str] = None):

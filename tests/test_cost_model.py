@@ -1,6 +1,7 @@
 """benchmarks/cost_model.py: what it counts is what its docs say it counts
 (docs/benchmarks.md#projected-gpu-training-step-the-cost-model)."""
 import importlib.util
+import json
 import math
 import os.path as osp
 
@@ -284,3 +285,24 @@ def test_score_map_convs_take_every_head_at_once(num_heads):
     convs = [r for r in recorder.ops if 'convolution' in r.name]
     assert [r.phase for r in convs] == ['forward'] * 3 + ['backward'] * 3
     assert len(recorder.ops) <= 16, [r.name for r in recorder.ops]
+
+
+def test_calibrate_fits_a_run_to_the_steps_it_kept(tmp_path):
+    """A run's steps.json (what the suite recorded when it ran) is what
+    calibrate.py fits to, not a step recorded from today's code: a kept
+    tally comes back op for op, and nothing is built for its row."""
+    import sys
+    sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
+    import calibrate
+    ops = [cm.OpRecord('aten::mm', 100, 40, 'forward'),
+           cm.OpRecord('aten::mm', 100, 40, 'backward'),
+           cm.OpRecord('vitattn::focused_linear_attention', 7, 9, 'forward')]
+    row = dict(model='No-Such-Model', height=64, width=96, batch=2,
+               attn_backend='eager', source=str(tmp_path / 'train.csv'))
+    key = calibrate.step_key(row)
+    (tmp_path / calibrate.STEPS_FILE).write_text(
+        json.dumps({calibrate.step_name(key): cm.tally(ops)}))
+    steps = calibrate.record([row])  # builds nothing: the model is unknown
+    got = sorted((r.name, r.flops, r.nbytes) for r in steps[key])
+    assert got == sorted((r.name, r.flops, r.nbytes) for r in ops)
+    assert cm.project(steps[key]).ms == cm.project(ops).ms

@@ -65,6 +65,25 @@ def test_smoke_run(tmp_path):
     _check_numerics_rows(out)
     _check_core_rows(out)
     _check_compile_rows(out)
+    _check_kept_steps(out)
+
+
+def _check_kept_steps(out):
+    """The run keeps the step it projected for each measured bf16 row
+    (steps.json), so a later fit compares the time with the step that
+    ran: the kept step projects to the row's projected_ms."""
+    sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
+    import calibrate
+    import cost_model
+    kept = json.load(open(osp.join(out, calibrate.STEPS_FILE)))
+    rows = [r for r in _rows(out, 'train') + _rows(out, 'backends')
+            if r['precision'] == 'bf16' and r['projected_ms']]
+    assert rows
+    for r in rows:
+        ops = cost_model.untally(kept[calibrate.step_name(
+            calibrate.step_key(r))])
+        assert cost_model.project(ops).ms == pytest.approx(
+            float(r['projected_ms']), rel=1e-6)
 
 
 def _check_every_table(out, stdout):

@@ -11,8 +11,9 @@
 # DEVICE=cpu (with --smoke) rehearses the whole script on a CPU machine.
 # Setup, imports (~15 s), the budget and the summary fit 8 minutes; the sections the budget does
 # not cover are skipped with a note, and every section's CSV is on disk as soon as it has rows.
-# $OUT then holds env.json, train.csv, backends.csv, numerics.csv, core.csv, compile.csv,
-# summary.md and suite.log (8 files: the most the device tool brings back).
+# $OUT then holds env.json, the sections' CSVs, summary.md, steps.json (the projected steps, for
+# benchmarks/calibrate.py) and suite.log. The device tool brings back 8 files at most: where a
+# run leaves more (a full run leaves 9), the log is appended to summary.md instead.
 set -uo pipefail
 out=${OUT:-work_dirs/gpu_suite}
 budget=${BUDGET_S:-360}
@@ -27,4 +28,7 @@ timeout -k 15 $((${budget%.*} + 75)) python3 benchmarks/gpu_suite.py --device "$
   --budget-s "$budget" "$@" 2>&1 | tee -a "$log"
 rc=${PIPESTATUS[0]}
 echo "run_suite: $(( $(date +%s) - start )) s in all, gpu_suite exit status $rc" | tee -a "$log"
+if [ "$(find "$out" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+  { printf '\n## suite.log\n\n```\n'; cat "$log"; printf '```\n'; } >> "$out/summary.md" && rm -f "$log"
+fi
 exit "$rc"
