@@ -26,9 +26,11 @@ auxiliary losses included) on the meta device, every aten op through a
 
 Autocast: torch has no autocast on the meta device. :class:`MetaAutocast`
 applies CUDA's policy (matmuls, convolutions and attention in the
-low-precision dtype with the casts of parameters cached; softmax, norms,
-``pow`` and sums in fp32) while the CPU's autocast flag is on, so regions
-that the model runs in fp32 (``full_precision``) stay fp32 here too.
+low-precision dtype with the casts of parameters cached; norms and ``pow``
+cast to fp32; softmax and sums given ``dtype=float32`` unless the call
+names one, which on a GPU costs a cast only where aten casts first: a
+softmax of bf16) while the CPU's autocast flag is on, so regions that the
+model runs in fp32 (``full_precision``) stay fp32 here too.
 
 Time per op is the largest of ``FLOPs / (peak x MFU)``, ``bytes /
 (bandwidth x efficiency)`` and a kernel floor; the step is the larger of the
@@ -347,10 +349,16 @@ LOWER_PRECISION = {
     'einsum', 'prelu', 'scaled_dot_product_attention'
 }
 FULL_PRECISION = {
-    'softmax', 'log_softmax', 'layer_norm', 'group_norm', 'pow', '__pow__',
-    '__rpow__', 'sum', 'norm', 'exp', 'log', 'rsqrt', 'reciprocal',
-    'softplus', 'cumsum', 'prod', 'mse_loss', 'cross_entropy', 'nll_loss',
-    'normalize', 'cosine_similarity', 'cdist', 'softmin'
+    'layer_norm', 'group_norm', 'pow', '__pow__', '__rpow__', 'norm', 'exp',
+    'log', 'rsqrt', 'reciprocal', 'softplus', 'mse_loss', 'cross_entropy',
+    'nll_loss', 'normalize', 'cosine_similarity', 'cdist', 'softmin'
+}
+#: CUDA's ``fp32_set_opt_dtype`` ops: not cast, run with ``dtype=float32``
+#: unless the call gives a dtype (a sum reads bf16 and accumulates in
+#: fp32 in one kernel; a softmax with ``dtype=`` its input's runs as it is).
+FULL_PRECISION_OUTPUT = {
+    'softmax', 'log_softmax', 'sum', 'prod', 'cumsum', 'cumprod',
+    'linalg_vector_norm', 'linalg_matrix_norm'
 }
 
 
@@ -386,6 +394,11 @@ class MetaAutocast(TorchFunctionMode):
                     k: self._cast(v, dtype) for k, v in kwargs.items()}
             elif name in FULL_PRECISION:
                 args = self._cast(args, torch.float32)
+            elif name in FULL_PRECISION_OUTPUT and args and \
+                    isinstance(args[0], torch.Tensor) and \
+                    args[0].dtype in (torch.float16, torch.bfloat16) and \
+                    kwargs.get('dtype') is None:
+                kwargs = dict(kwargs, dtype=torch.float32)
         else:
             self._cache.clear()
         if func is F.scaled_dot_product_attention:

@@ -306,3 +306,24 @@ def test_calibrate_fits_a_run_to_the_steps_it_kept(tmp_path):
     got = sorted((r.name, r.flops, r.nbytes) for r in steps[key])
     assert got == sorted((r.name, r.flops, r.nbytes) for r in ops)
     assert cm.project(steps[key]).ms == cm.project(ops).ms
+
+
+def test_sums_and_softmax_take_fp32_as_an_output_dtype():
+    """CUDA autocast runs sums and softmax with ``dtype=float32`` (no cast
+    of a sum's input: it reads bf16 in one kernel), and leaves a softmax
+    that names its dtype as it is (one bf16 kernel)."""
+    seen = {}
+
+    def step(x):
+        y = x @ x
+        seen.update(sum=y.sum(-1).dtype, softmax=y.softmax(-1).dtype,
+                    named=y.softmax(-1, dtype=y.dtype).dtype)
+        return y
+
+    ops = record(step, (8, 8), dtype=torch.bfloat16)
+    assert seen == dict(sum=torch.float32, softmax=torch.float32,
+                        named=torch.bfloat16)
+    forward = names(ops, 'forward')
+    # x's cast for the matmul, then the softmax's own cast of bf16 (aten
+    # converts before its fp32 kernel); none for the sum or the named one.
+    assert forward.count('aten::_to_copy') == 2
