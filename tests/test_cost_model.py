@@ -327,3 +327,24 @@ def test_sums_and_softmax_take_fp32_as_an_output_dtype():
     # x's cast for the matmul, then the softmax's own cast of bf16 (aten
     # converts before its fp32 kernel); none for the sum or the named one.
     assert forward.count('aten::_to_copy') == 2
+
+
+def test_softmax_of_kept_logits_writes_no_fp32_map():
+    """Less-Attention's eager softmax of bf16 logits under autocast: one
+    bf16 map each way, not an fp32 map with a cast on either side (and
+    their gradients), as autocast would make of a plain softmax."""
+    from vitattn_mm.ops import softmax_apply_eager
+    logits, v = (torch.empty(*shape, device='meta', dtype=torch.bfloat16,
+                             requires_grad=True)
+                 for shape in ((2, 3, 40, 40), (2, 3, 40, 16)))
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out = softmax_apply_eager(logits, v, None)
+        recorder.phase = 'backward'
+        out.sum().backward()
+    assert 'aten::_to_copy' not in names(recorder.ops)
+    softmax = [r for r in recorder.ops if r.name == 'aten::_softmax']
+    assert len(softmax) == 1
+    # read and written in bf16: 2 bytes an entry each way
+    assert softmax[0].nbytes == 2 * (2 * 2 * 3 * 40 * 40)

@@ -94,8 +94,16 @@ def add_logit_bias(logits: torch.Tensor, bias: Optional[torch.Tensor],
 def masked_softmax(logits: torch.Tensor,
                    mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Softmax over the keys of ``(B * nW, heads, N_q, N_k)`` logits, with
-    the per-window ``mask``."""
-    return add_logit_bias(logits, None, mask).softmax(dim=-1)
+    the per-window ``mask``, in the logits' dtype.
+
+    The dtype is named so that autocast keeps it: bf16 logits then give a
+    bf16 map in one kernel (accumulated in fp32), the values it would have
+    been cast to before the product with ``v`` anyway, instead of an fp32
+    map as large as the logits, two casts and their gradients. The
+    backward reads the rounded map (as flash attention's never keeps one).
+    """
+    logits = add_logit_bias(logits, None, mask)
+    return logits.softmax(dim=-1, dtype=logits.dtype)
 
 
 def attention_logits(q: torch.Tensor, k: torch.Tensor,
