@@ -113,10 +113,15 @@ def relu_linear_attention_eager(qkv: torch.Tensor,
     qkv = qkv.reshape(B, N, 3, num_heads, C3 // 3 // num_heads)
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
     with full_precision(qkv):
-        q, k, v = F.relu(q.float()), F.relu(k.float()), v.float()
-        kv = (k.transpose(-2, -1) @ v) * temperature.float()
-        denominator = q @ k.sum(dim=-2).unsqueeze(-1)
-        out = (q @ kv) / denominator.clamp(min=denominator_min)
+        # ReLU in the input's dtype (exact), then the casts.
+        q, k = F.relu(q).float(), F.relu(k).float()
+        # The values with a column of ones: one product gives q (k^T v)
+        # and the normaliser q . sum(k) together; T scales the first only.
+        v = F.pad(v.float(), (0, 1), value=1.)
+        out, denominator = (q @ (k.transpose(-2, -1) @ v)).split(
+            [v.shape[-1] - 1, 1], dim=-1)
+        out = out / (denominator.clamp(min=denominator_min) /
+                     temperature.float())
     return out.to(qkv.dtype).transpose(1, 2).reshape(B, N, C3 // 3)
 
 
