@@ -270,13 +270,15 @@ def test_no_eager_step_takes_tensors_apart_by_select():
 @pytest.mark.parametrize('num_heads', [1, 3, 8])
 def test_score_map_convs_take_every_head_at_once(num_heads):
     """Less-Attention's transform runs a fixed number of kernels whatever
-    its heads (a loop over heads cost a GPU step 1,300 ops of
-    LessAttn-Swin-T's 3,035): two depthwise convs and the 1x1 head mix
-    forward, their three backwards."""
+    its heads where it projects a GPU's step (a loop over heads cost
+    1,300 ops of LessAttn-Swin-T's 3,035): two depthwise convs and the 1x1
+    head mix forward, their three backwards."""
     from vitattn_mm.models.attentions.less_attention.transforms import \
         ConvAttentionTransform
-    transform = ConvAttentionTransform(num_heads, attn_backend='eager')
-    logits = torch.randn(2, num_heads, 35, 12, requires_grad=True)
+    transform = ConvAttentionTransform(num_heads, attn_backend='eager',
+                                       ).to('meta')
+    logits = torch.empty(2, num_heads, 35, 12, device='meta',
+                         requires_grad=True)
     recorder = cm.StepRecorder()
     with recorder:
         out = transform(logits, (5, 7), (3, 4))

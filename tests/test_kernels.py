@@ -586,3 +586,23 @@ def test_compile_kernels_refuses_bad_input_by_name():
         env=dict(env, TRITON_INTERPRET='1'), capture_output=True, text=True,
         timeout=300)
     assert done.returncode == 1 and 'unset TRITON_INTERPRET' in done.stderr
+
+
+def test_score_conv_routes_agree(monkeypatch):
+    """The eager score convs head by head (the CPU's route) and every
+    head at once (a GPU's): the same maps and gradients."""
+    from vitattn_mm.ops import score_conv
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 35, 12, dtype=torch.float64,
+                         requires_grad=True)
+    weights = [torch.randn(3, 1, 3, 3, dtype=torch.float64,
+                           requires_grad=True) for _ in range(2)]
+    results = []
+    for per_head in (True, False):
+        monkeypatch.setattr(score_conv, 'one_head_at_a_time',
+                            lambda _: per_head)
+        out = score_conv_eager(logits, *weights, (5, 7), (3, 4))
+        grads = torch.autograd.grad(out.square().sum(), [logits, *weights])
+        results.append((out, *grads))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected)

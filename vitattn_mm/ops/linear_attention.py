@@ -64,21 +64,18 @@ def focused_linear_attention_eager(
         k = k + pos
     dtype = values.dtype
     with full_precision(q):
-        # One focusing of the queries and keys together (it is per token):
-        # its ops once, at the price of one copy each way.
-        q, k = focused_features(torch.cat([q, k], dim=1), s,
-                                focusing_factor).split([N, k.shape[1]], 1)
+        q = focused_features(q, s, focusing_factor)
+        k = focused_features(k, s, focusing_factor)
         q, k = _split_heads(q, num_heads), _split_heads(k, num_heads)
-        # The values with a column of ones: one product gives q (k^T v)
-        # and the normaliser q . sum(k) together. The official
-        # z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T (v / sqrt(n))
-        # with the 1 / n folded into the normaliser: in fp32 nothing
+        v = _split_heads(values, num_heads).float()
+        # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
+        # (v / sqrt(n)) with the 1 / n folded into z: in fp32 nothing
         # overflows, and two scalings of whole key and value maps (and
         # their gradients) are passes saved.
-        v = F.pad(_split_heads(values, num_heads).float(), (0, 1), value=1.)
-        n, d = v.shape[-2], C // num_heads
-        out, norm = (q @ (k.transpose(-2, -1) @ v)).split([d, 1], dim=-1)
-        out = out / (norm + n * 1e-6)
+        n = k.shape[-2]
+        z = torch.reciprocal(
+            q @ k.sum(dim=-2, keepdim=True).transpose(-2, -1) + n * 1e-6)
+        out = q @ (k.transpose(-2, -1) @ v) * z
     out = out.transpose(1, 2).reshape(B, N, C).to(dtype)
     if dwc_map is None:
         dwc_map = nlc_to_nchw(values, hw)

@@ -32,25 +32,31 @@ def token_depthwise_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         weight (Tensor): ``(heads, 1, k, k)``; zero padding ``k // 2``.
 
     Returns:
-        Tensor: ``(B, heads, T, H, W)``, contiguous.
+        Tensor: ``(B, heads, T, H, W)``.
 
     Eagerly one depthwise conv whose channels are every head's maps, the
-    head's kernel repeated over them: one call for all heads (one per head
-    was two kernels and four backward passes each on a GPU), and the
-    fastest conv on the CPU (3-6x the others measured). A graph cannot
-    take a group count that follows the input size (ONNX's is an
-    attribute, and ``torch.compile`` would recompile per size), so while
-    one is captured the maps are the depth of a 3-D conv grouped by head,
-    with the same static ``1 x k x k`` kernels: the same result.
+    head's kernel repeated over them (a view of it for one head, whose
+    maps may be channels-last): the fastest conv on the CPU (3-6x the
+    others measured). A graph cannot take a group count that follows the
+    input size (ONNX's is an attribute, and ``torch.compile`` would
+    recompile per size), so while one is captured the maps are the depth
+    of a 3-D conv grouped by head, with the same static ``1 x k x k``
+    kernels: the same result.
     """
     pad = weight.shape[-1] // 2
     if capturing():
         return F.conv3d(x, weight[:, :, None], padding=(0, pad, pad),
                         groups=weight.shape[0])
     B, heads, maps, H, W = x.shape
-    per_map = weight.repeat_interleave(maps, dim=0)
-    return F.conv2d(x.reshape(B, heads * maps, H, W), per_map,
-                    padding=pad, groups=heads * maps).view(x.shape)
+    k = weight.shape[-1]
+    per_map = weight[:, None].expand(heads, maps, 1, k, k).reshape(
+        heads * maps, 1, k, k)
+    # One head's maps by select: a reshape of a batch of one may give the
+    # batch a stride that hides a channels-last layout from the conv.
+    maps_of = x.select(1, 0) if heads == 1 else x.reshape(B, heads * maps,
+                                                           H, W)
+    out = F.conv2d(maps_of, per_map, padding=pad, groups=heads * maps)
+    return out.view(B, heads, maps, H, W)
 
 
 def token_pointwise_conv(x: torch.Tensor, weight: torch.Tensor
