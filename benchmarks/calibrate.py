@@ -40,17 +40,12 @@ def load_rows(path: str, precision: str = 'bf16') -> List[dict]:
                 if r['status'] == 'ok' and r['precision'] == precision]
 
 
-#: A run's steps as recorded when it ran (:func:`cost_model.tally` per
-#: :func:`step_name`), beside its CSVs.
-STEPS_FILE = 'steps.json'
+STEPS_FILE = cost_model.STEPS_FILE
 
 
 def step_name(key: Tuple) -> str:
-    """The name of a :func:`step_key` in :data:`STEPS_FILE`: the suite
-    records a step eager (the default) or fused ('triton')."""
-    model, height, width, backend = key
-    fused = 'triton' if backend == 'triton' else ''
-    return f'{model}|{height}x{width}|{fused}'
+    """The name of a :func:`step_key` in :data:`STEPS_FILE`."""
+    return cost_model.step_name(*key)
 
 
 def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
@@ -58,14 +53,17 @@ def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
     :data:`STEPS_FILE` (the step that ran) where it has one, else recorded
     now, from the code as it is (which may have changed since the run)."""
     specs = {s.label: s for s in MODEL_SPECS}
+    kept: Dict[str, dict] = {}  # each run's file, read once
     steps = {}
     for r in rows:
         key = step_key(r)
         if key in steps:
             continue
-        kept = _kept_steps(os.path.dirname(r['source']))
-        if step_name(key) in kept:
-            steps[key] = cost_model.untally(kept[step_name(key)])
+        run_dir = os.path.dirname(r['source'])
+        if run_dir not in kept:
+            kept[run_dir] = _kept_steps(run_dir)
+        if step_name(key) in kept[run_dir]:
+            steps[key] = cost_model.untally(kept[run_dir][step_name(key)])
             continue
         backend = key[3]
         with torch.device('meta'):

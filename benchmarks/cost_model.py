@@ -235,6 +235,19 @@ def tally(ops: Sequence[OpRecord]) -> List[list]:
     return [[*key, n] for key, n in sorted(counts.items())]
 
 
+#: Where a GPU run keeps its projected steps, beside its CSVs: a
+#: :func:`tally` per :func:`step_name`.
+STEPS_FILE = 'steps.json'
+
+
+def step_name(model: str, height: int, width: int,
+              backend: Optional[str]) -> str:
+    """A step's name in :data:`STEPS_FILE`: the model, the input and
+    whether its attentions ran fused ('triton') or eager (anything else)."""
+    fused = 'triton' if backend == 'triton' else ''
+    return f'{model}|{height}x{width}|{fused}'
+
+
 def untally(rows: Sequence[Sequence]) -> List[OpRecord]:
     """The ops of a :func:`tally` (their phases are not kept)."""
     return [OpRecord(name, int(flops), int(nbytes), 'step')

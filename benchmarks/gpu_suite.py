@@ -1697,10 +1697,11 @@ class Context:
         """Write the recorded steps beside the CSVs (``steps.json``, as
         benchmarks/calibrate.py reads them): a later fit then compares each
         measured time with the step that ran."""
-        kept = {f'{label}|{h}x{w}|{backend or ""}': cost_model.tally(ops)
+        kept = {cost_model.step_name(label, h, w, backend):
+                cost_model.tally(ops)
                 for (label, (h, w), _, backend), ops in self._steps.items()
                 if ops}
-        with open(osp.join(self.out, 'steps.json'), 'w') as f:
+        with open(osp.join(self.out, cost_model.STEPS_FILE), 'w') as f:
             json.dump(kept, f)
 
     def projection(self, spec: ModelSpec, shape: Shape, precision: str,
