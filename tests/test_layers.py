@@ -164,6 +164,22 @@ def test_corner_padding_equals_mmcv(hw):
     assert torch.equal(CornerPadding(4)(x), ref(x))
 
 
+def test_padding_copies_nothing_eagerly_where_none_is_needed(monkeypatch):
+    """A zero amount returns the input itself (``F.pad`` would copy it);
+    while a graph is captured every pad is applied, zero or not."""
+    from vitattn_mm.models.layers import padding
+    x = torch.randn(1, 2, 8, 12)
+    assert CornerPadding(4)(x) is x
+    assert CornerPadding(4)(x[..., :9]).shape[-2:] == (8, 12)
+    tokens = torch.randn(2, 8 * 12, 3)
+    padded, hw = pad_to_multiple(tokens, (8, 12), (4, 4))
+    assert hw == (8, 12) and padded.data_ptr() == tokens.data_ptr()
+    assert crop_tokens(padded, (8, 12)).data_ptr() == tokens.data_ptr()
+    monkeypatch.setattr(padding, 'capturing', lambda: True)
+    out = CornerPadding(4)(x)
+    assert out is not x and torch.equal(out, x)
+
+
 def test_softmax_kernel_fused_equals_explicit():
     q, k, v = (torch.randn(2, 3, 5, 7, 8) for _ in range(3))
     bias = torch.randn(3, 1, 7, 7)  # (windows, 1, N, N)

@@ -3,11 +3,10 @@ from typing import Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule
 
-from .padding import padded_size
+from .padding import pad, padded_size
 
 
 class PixelNormPatchEmbed(BaseModule):
@@ -42,7 +41,7 @@ class PixelNormPatchEmbed(BaseModule):
         p = self.patch_size
         B, C, H, W = x.shape
         H, W = padded_size(H, p), padded_size(W, p)
-        x = F.pad(x, (0, W - x.shape[-1], 0, H - x.shape[-2]))
+        x = pad(x, (0, W - x.shape[-1], 0, H - x.shape[-2]))
         h, w = H // p, W // p
         x = x.view(B, C, h, p, w, p).permute(0, 2, 4, 3, 5, 1)
         x = x.reshape(B, h * w, p * p * C)

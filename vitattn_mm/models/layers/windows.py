@@ -14,11 +14,10 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.model.weight_init import trunc_normal_
 
 from .common import to_2tuple_int
-from .padding import padded_size
+from .padding import pad, padded_size
 
 Grid = Tuple[int, int]
 
@@ -38,7 +37,7 @@ def pad_to_multiple(x: torch.Tensor, hw: Grid,
     H, W = hw
     Hp = H if window[0] is None else padded_size(H, window[0])
     Wp = W if window[1] is None else padded_size(W, window[1])
-    x = F.pad(x.view(B, H, W, C), (0, 0, 0, Wp - W, 0, Hp - H))
+    x = pad(x.view(B, H, W, C), (0, 0, 0, Wp - W, 0, Hp - H))
     return x, (Hp, Wp)
 
 
@@ -69,7 +68,7 @@ def crop_tokens(x: torch.Tensor, hw: Grid) -> torch.Tensor:
     """
     H, W = hw
     B, Hp, Wp, C = x.shape
-    x = F.pad(x, (0, 0, 0, W - Wp, 0, H - Hp))
+    x = pad(x, (0, 0, 0, W - Wp, 0, H - Hp))
     return x.reshape(B, H * W, C)
 
 
