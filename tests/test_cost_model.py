@@ -350,3 +350,34 @@ def test_softmax_of_kept_logits_writes_no_fp32_map():
     assert len(softmax) == 1
     # read and written in bf16: 2 bytes an entry each way
     assert softmax[0].nbytes == 2 * (2 * 2 * 3 * 40 * 40)
+
+
+def test_attention_residual_writes_its_map_once_each_way():
+    """LaViT's Attention Residual from a VA layer's factors, bf16 under
+    autocast: forward, the normalised map (one product) and its head mix
+    (one conv), in bf16, with rows aligned for the fused kernel's mask;
+    backward, those two ops' gradients and the aligning slice's. (Its norm,
+    LayerScale and casts wrote and read eight more maps, one in fp32.)"""
+    from vitattn_mm.models.attentions.less_attention import (
+        AttentionResidual, LessAttentionState)
+    residual = AttentionResidual(2, 5).to('meta')
+    q, k = (torch.empty(2, 2, n, 32, device='meta', requires_grad=True)
+            for n in (40 * 50, 1000))
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out = residual(LessAttentionState(
+                factors=(q, k, None), query_hw=(40, 50), key_hw=(25, 40)),
+                (20, 25))
+        recorder.phase = 'backward'
+        out.backward(torch.empty_like(out))
+    assert out.shape == (2, 5, 500, 1000) and out.dtype == torch.bfloat16
+    assert out.stride(-2) % 16 == 0  # taken by the kernel without a copy
+    smallest_map = 2 * (2 * 2 * 500 * 1000)  # h_in heads, bf16
+    big = [(r.phase, r.name) for r in recorder.ops
+           if r.nbytes >= smallest_map]
+    assert sorted(big) == [
+        ('backward', 'aten::bmm'), ('backward', 'aten::bmm'),
+        ('backward', 'aten::convolution_backward'),
+        ('backward', 'aten::slice_backward'),
+        ('forward', 'aten::bmm'), ('forward', 'aten::convolution')]

@@ -165,31 +165,39 @@ def _naive_residual(ar, logits, src_hw):
 
 
 @pytest.mark.parametrize('src_hw', [(14, 18), (13, 17)])
+@pytest.mark.parametrize('with_bias', [True, False])
 def test_attention_residual_matches_naive_with_kept_or_factored_logits(
-        src_hw):
+        src_hw, with_bias):
     """From a map, and from a VA layer's factors (queries halved before
-    their product with the keys), forward and gradients, odd grids."""
+    their product with the keys; without a bias the statistics come from
+    the factors), forward and gradients, odd grids, offset logits."""
     torch.manual_seed(0)
-    ar = AttentionResidual(2, 3)
+    ar = AttentionResidual(2, 3).double()
     for p in ar.parameters():
         torch.nn.init.normal_(p)
     n = src_hw[0] * src_hw[1]
-    q = torch.randn(2, 2, n, 8, requires_grad=True)
-    k = torch.randn(2, 2, 20, 8, requires_grad=True)
-    bias = torch.randn(2, 2, n, 20, requires_grad=True)
+    q = (torch.randn(2, 2, n, 8, dtype=torch.float64) + 1.5).requires_grad_()
+    k = torch.randn(2, 2, 20, 8, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(2, 2, n, 20, dtype=torch.float64,
+                       requires_grad=True) if with_bias else None
+    inputs = (q, k, bias) if with_bias else (q, k)
+
+    def logits():
+        product = q @ k.transpose(-2, -1)
+        return product + bias if with_bias else product
+
     dst_hw = tuple((s + 1) // 2 for s in src_hw)
-    ref = _naive_residual(ar, q @ k.transpose(-2, -1) + bias, src_hw)
-    grads = torch.autograd.grad(ref.square().sum(), (q, k, bias))
-    for state in (LessAttentionState(q @ k.transpose(-2, -1) + bias, src_hw,
-                                     (4, 5)),
+    ref = _naive_residual(ar, logits(), src_hw)
+    grads = torch.autograd.grad(ref.square().sum(), inputs)
+    for state in (LessAttentionState(logits(), src_hw, (4, 5)),
                   LessAttentionState(factors=(q, k, bias),
                                      query_hw=src_hw, key_hw=(4, 5))):
         out = ar(state, dst_hw)
-        torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+        torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
         for ours, theirs in zip(
-                torch.autograd.grad(out.square().sum(), (q, k, bias)),
-                grads):
-            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+                torch.autograd.grad(out.square().sum(), inputs), grads):
+            torch.testing.assert_close(ours, theirs, rtol=1e-10,
+                                       atol=1e-10)
     with pytest.raises(ValueError, match='query grid'):
         ar(state, (3, 3))
 

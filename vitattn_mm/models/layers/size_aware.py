@@ -98,3 +98,17 @@ def aligned_rows(bias: torch.Tensor) -> torch.Tensor:
     if not capturing() and bias.stride(-2) % MASK_ALIGNMENT == 0:
         return bias
     return F.pad(bias, (0, -bias.shape[-1] % MASK_ALIGNMENT))
+
+
+def aligned_keys(keys: torch.Tensor) -> torch.Tensor:
+    """``(..., N_k, d)`` keys with zero rows up to ``MASK_ALIGNMENT``: a map
+    computed from them, its columns sliced back to ``N_k``, is a mask whose
+    rows :func:`aligned_rows` takes as they are, written aligned once
+    instead of copied into padding.
+
+    Unchanged where :func:`aligned_rows` copies nothing or always pads: on
+    the CPU, and while a graph is captured.
+    """
+    if keys.device.type == 'cpu' or capturing():
+        return keys
+    return F.pad(keys, (0, 0, 0, -keys.shape[-2] % MASK_ALIGNMENT))

@@ -7,8 +7,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
 
+from ...layers.common import full_precision
 from ...layers.layer_scale import LayerScale
-from ...layers.padding import grid_after_stride
+from ...layers.padding import grid_after_stride, pad
+from ...layers.size_aware import aligned_keys, token_pointwise_conv
 from ..base import Grid
 from .state import LessAttentionState
 
@@ -68,31 +70,87 @@ class AttentionResidual(BaseModule):
             raise ValueError(f'attention residual maps a {src_hw} query grid '
                              f'to {grid_after_stride(src_hw, 2)}, not '
                              f'{tuple(dst_hw)}')
+        if state.queries_factor() and state.factors[2] is None:
+            q, k, _ = state.factors
+            # Keys padded to aligned rows: the mask is written as the fused
+            # GPU kernel reads it, not copied into padding by it.
+            normed = self._normed_from_factors(
+                self._halve_queries(q, src_hw), aligned_keys(k))
+            mixed = token_pointwise_conv(
+                normed, self.mixing_weight()[..., None, None])
+            return mixed[..., :k.shape[2]]
         if state.queries_factor():
             q, k, bias = state.factors
-            x = self._halve_queries(q, src_hw) @ k.transpose(-2, -1)
-            if bias is not None:
-                x = x + self._halve_queries(bias, src_hw)
+            x = self._halve_queries(q, src_hw) @ k.transpose(-2, -1) + \
+                self._halve_queries(bias, src_hw)
         else:
             x = self._halve_queries(state.scores(), src_hw)
         # GroupNorm(1, h_in) of every key's column: over heads and queries.
         var, mean = torch.var_mean(x, dim=(1, 2), unbiased=False,
                                    keepdim=True)
-        x = (x - mean) * torch.rsqrt(var + self.norm.eps)
-        # (B, heads, queries, keys) is NCHW with the heads as channels.
-        return self.layer_scale(self.head_proj(x))
+        rstd = torch.rsqrt(var + self.norm.eps)
+        # (B, heads, queries, keys) is NCHW with the heads as channels. The
+        # 1x1 conv and the LayerScale are linear in the heads and a key's
+        # statistics are the same for every head, so the norm applies
+        # after them, in one pass: ``conv(x) * rstd - c * mean * rstd``
+        # (``c``: the mixing weights' row sums). Normalising first took two
+        # passes, and the LayerScale one more, in fp32 (its fp32 weight
+        # promoted a bf16 map), with their gradients.
+        weight = self.mixing_weight()
+        mixed = token_pointwise_conv(x, weight[..., None, None])
+        shift = weight.sum(1).view(1, -1, 1, 1) * (mean * rstd)
+        return torch.addcmul(-shift.to(mixed.dtype), mixed,
+                             rstd.to(mixed.dtype))
+
+    def mixing_weight(self) -> torch.Tensor:
+        """``(h_out, h_in)``: the 1x1 conv's weight times the LayerScale
+        (a product of two small weights, not a pass over the map)."""
+        return self.head_proj.weight.flatten(1) * \
+            self.layer_scale.weight[:, None]
+
+    def _normed_from_factors(self, q: torch.Tensor,
+                             k: torch.Tensor) -> torch.Tensor:
+        """GroupNorm(1, h) of every key's column of ``q @ k^T`` (queries
+        ``(B, h, N_q, d)``, keys ``(B, h, N_k, d)``), written by one
+        product: the statistics follow from the factors.
+
+        With ``m_h`` the mean query of head ``h`` and ``C_h`` their
+        covariance, the column of key ``j`` has the per-head means ``mu_hj
+        = m_h . k_hj``, the mean ``mean_j`` of those and the variance
+        ``mean_h(k_hj^T C_h k_hj) + var_h(mu_hj)`` (two non-negative terms:
+        no cancellation), computed in fp32 from ``N x d`` tensors; then
+        ``(q_hn . k_hj - mean_j) * rstd_j = [q_hn - m_h, 1] . [rstd_j k_hj,
+        rstd_j (mu_hj - mean_j)]``. The map is written once, not read for
+        its statistics and rewritten, and nothing map-sized runs for their
+        gradients.
+        """
+        with full_precision(q):
+            stats = torch.promote_types(q.dtype, torch.float32)
+            qf, kf = q.to(stats), k.to(stats)
+            mean_query = qf.mean(2, keepdim=True)  # (B, h, 1, d)
+            centred = qf - mean_query
+            cov = centred.transpose(-2, -1) @ centred / q.shape[2]
+            head_means = kf @ mean_query.transpose(-2, -1)  # (B, h, N_k, 1)
+            var_h, mean = torch.var_mean(head_means, dim=1, unbiased=False,
+                                         keepdim=True)
+            spread = ((kf @ cov) * kf).sum(-1, keepdim=True).mean(
+                1, keepdim=True)
+            rstd = torch.rsqrt(spread + var_h + self.norm.eps)
+            keys = torch.cat([kf, head_means - mean], dim=-1) * rstd
+        queries = F.pad(centred, (0, 1), value=1.)
+        return queries.to(q.dtype) @ keys.to(k.dtype).transpose(-2, -1)
 
     def _halve_queries(self, x: torch.Tensor, src_hw: Grid) -> torch.Tensor:
         """The depthwise 2x2 stride-2 conv over the query grid of ``(B, h,
-        N_src, D)``, corner-padded: ``(B, h, N_dst, D)``."""
+        N_src, D)``, corner-padded: ``(B, h, N_dst, D)``: a 3-D conv whose
+        depth and height are the grid and whose width is ``D`` (one op each
+        way; a product with the taps and a sum wrote a map as large as the
+        input, promoted to fp32 by the taps)."""
         B, h, _, D = x.shape
-        x = F.pad(x.reshape(B, h, *src_hw, D),
-                  (0, 0, 0, src_hw[1] % 2, 0, src_hw[0] % 2))
-        H, W = x.shape[2] // 2, x.shape[3] // 2
-        # Each 2x2 cell times its head's taps, summed: two ops each way
-        # where four strided slices, their taps and sums took twenty.
-        taps = self.downsample.weight.view(1, h, 1, 2, 1, 2, 1)
-        out = (x.view(B, h, H, 2, W, 2, D) * taps).sum((3, 5))
+        x = pad(x.reshape(B, h, *src_hw, D),
+                (0, 0, 0, src_hw[1] % 2, 0, src_hw[0] % 2))
+        out = F.conv3d(x, self.downsample.weight[..., None], stride=(2, 2, 1),
+                       groups=h)
         return out.flatten(2, 3)
 
 
@@ -122,7 +180,8 @@ class WindowAttentionResidual(AttentionResidual):
         logits = state.scores()
         _, h, N, _ = logits.shape
         x = logits.view(-1, state.windows, h, N, N).mean(dim=1)
-        return self.layer_scale(self.head_proj(self.norm(x)))
+        return token_pointwise_conv(self.norm(x),
+                                    self.mixing_weight()[..., None, None])
 
 
 def build_attention_residual(cfg: dict, num_heads: int,
