@@ -36,8 +36,13 @@ def split_parts(qkv: torch.Tensor, num_heads: int,
 def key_norm_logits(k: torch.Tensor, scale: float) -> torch.Tensor:
     """MSF's key term of the logits, ``-||k||^2 s / 2``: ``(..., 1, N)``,
     the same for every query (the ``||q||^2`` term of the Gaussian kernel
-    cancels in the softmax)."""
-    return k.pow(2).sum(-1).unsqueeze(-2) * (-0.5 * scale)
+    cancels in the softmax).
+
+    The squared norm, not a sum of squares: autocast runs ``pow`` in fp32,
+    a cast and a power over every key (and their gradients), where the
+    norm reads bf16 keys and accumulates in fp32 in one kernel."""
+    norm = torch.linalg.vector_norm(k, dim=-1)
+    return norm.square().unsqueeze(-2) * (-0.5 * scale)
 
 
 def mean_shift_attention_eager(qkv: torch.Tensor,
