@@ -313,6 +313,31 @@ def test_diagonality_loss_splits_ties_as_amax_does():
     assert max(errors.values()) <= 1e-5, errors
 
 
+def test_diagonality_terms_written_out_gradient_is_autograds():
+    """The eager terms' written-out backward (DiagonalityTerms) against
+    autograd through the plain ops, fp64: random maps, a uniform map (all
+    ties, excess exactly 0), the identity's softmax, ties among the
+    off-diagonal and the row maxima, a 1x1 map (the masked copy's only
+    entry, the diagonal, is its maximum)."""
+    from vitattn_mm.ops.diagonality_loss import (DiagonalityTerms,
+                                                 diagonality_terms_ops)
+    g = torch.Generator().manual_seed(0)
+    ties = torch.tensor([[0.5, 0.5, 0.], [0.2, 0.2, 0.6], [0.1, 0.45, 0.45]])
+    maps = [torch.randn(2, 3, 7, 7, generator=g).softmax(-1),
+            torch.full((2, 2, 5, 5), 0.2),
+            (3 * torch.eye(6)).softmax(-1)[None], ties[None, None],
+            torch.ones(1, 1, 1, 1)]
+    for probs in maps:
+        ours = probs.double().requires_grad_()
+        ref = probs.double().requires_grad_()
+        loss = DiagonalityTerms.apply(ours)[0]
+        ref_loss = diagonality_terms_ops(ref)
+        assert torch.equal(loss, ref_loss)
+        grad, = torch.autograd.grad(1.7 * loss, ours)
+        ref_grad, = torch.autograd.grad(1.7 * ref_loss, ref)
+        torch.testing.assert_close(grad, ref_grad, rtol=0, atol=1e-15)
+
+
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 def test_diagonality_loss_low_precision(dtype):
     g = torch.Generator().manual_seed(0)

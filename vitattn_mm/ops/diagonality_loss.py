@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
 from ..models.layers.common import full_precision
+from ..models.layers.size_aware import capturing
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, save_inputs, saved_inputs
 
@@ -30,19 +31,95 @@ MAX_POOLED_KEYS = 4096
 def diagonality_terms(probs: torch.Tensor) -> torch.Tensor:
     """Symmetry + diagonality of row-stochastic ``(..., N, N)`` maps (see
     :func:`~vitattn_mm.models.attentions.less_attention.loss.
-    diagonality_preserving_loss`): means over rows and maps."""
+    diagonality_preserving_loss`): means over rows and maps.
+
+    Eagerly one autograd function (:class:`DiagonalityTerms`) whose
+    backward is written out: the map has four uses in the composition
+    (itself, its transpose, its diagonal, its masked copy), each of whose
+    gradients autograd writes as a map and adds. A captured graph takes
+    the ops themselves (:func:`diagonality_terms_ops`)."""
+    if capturing():
+        return diagonality_terms_ops(probs)
+    return DiagonalityTerms.apply(probs)[0]
+
+
+def diagonality_terms_ops(probs: torch.Tensor) -> torch.Tensor:
+    """:func:`diagonality_terms` as plain ops, for autograd to walk back."""
+    return _terms(probs)[0]
+
+
+def _terms(probs: torch.Tensor):
+    """The loss, each row's off-diagonal maximum and each row's
+    maximum."""
     # sum_ij |P_ij - P_ji| / 2 per row, averaged: one norm, where a
     # row sum and a mean were two passes and two gradients.
     asymmetry = torch.linalg.vector_norm(
         probs - probs.transpose(-2, -1), ord=1) / (2 * probs[..., 0].numel())
     diag = probs.diagonal(dim1=-2, dim2=-1)
-    off_diag = probs.masked_fill(
-        torch.eye(probs.shape[-1], dtype=torch.bool, device=probs.device), 0)
+    off_diag = probs.masked_fill(_eye(probs), 0)
     # Row maxima by amax, which shares a gradient among ties (a uniform
     # map's, at the identity initialisation) as the fused kernels do.
-    excess = (off_diag.amax(dim=-1) - diag).clamp_min(0)
-    dominance = (excess / probs.amax(dim=-1)).mean()
-    return asymmetry + dominance
+    off_max = off_diag.amax(dim=-1)
+    row_max = probs.amax(dim=-1)
+    dominance = ((off_max - diag).clamp_min(0) / row_max).mean()
+    return asymmetry + dominance, off_max, row_max
+
+
+def _eye(probs: torch.Tensor) -> torch.Tensor:
+    return torch.eye(probs.shape[-1], dtype=torch.bool, device=probs.device)
+
+
+class DiagonalityTerms(torch.autograd.Function):
+    """:func:`diagonality_terms` with its gradient written out.
+
+    With ``M`` rows in all, ``S = sign(P - P^T)``, a row's excess ``e`` (its
+    off-diagonal maximum ``o`` minus its diagonal entry) and maximum ``m``,
+    for an upstream ``g``::
+
+        dL/dP = g S / M
+              + g [e > 0] / (M m)  (at the ties of o, shared; -1 at P_ii)
+              - g max(e, 0) / (M m^2)  (at the ties of m, shared)
+
+    the ties shared as ``amax``'s gradient shares them, and none through
+    the clamp at ``e = 0``, as ``clamp_min``'s. ``apply(probs)``
+    returns the loss, then the off-diagonal and row maxima (not
+    differentiable), which it saves with the map.
+    """
+
+    @staticmethod
+    def forward(probs: torch.Tensor):
+        return _terms(probs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        probs, = inputs
+        _, off_max, row_max = output
+        ctx.mark_non_differentiable(off_max, row_max)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(probs, off_max, row_max)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, *_):
+        probs, off_max, row_max = ctx.saved_tensors
+        if grad is None:
+            return None
+        g = grad / probs[..., 0].numel()
+        excess = off_max - probs.diagonal(dim1=-2, dim2=-1)
+        off_ties = probs.masked_fill(_eye(probs), 0) == off_max[..., None]
+        # amax shares among the masked copy's ties, the zeroed diagonal's
+        # too (where it ties), whose share the mask then drops.
+        off_count = off_ties.sum(-1)
+        off_ties.diagonal(dim1=-2, dim2=-1).fill_(False)
+        max_ties = probs == row_max[..., None]
+        g_row = g / row_max
+        g_excess = (excess > 0) * g_row
+        g_max = excess.clamp_min(0) * g_row / row_max  # its negative
+        dprobs = (probs - probs.transpose(-2, -1)).sign_().mul_(g)
+        dprobs.addcmul_(off_ties, (g_excess / off_count)[..., None])
+        dprobs.addcmul_(max_ties, (g_max / max_ties.sum(-1))[..., None],
+                        value=-1)
+        dprobs.diagonal(dim1=-2, dim2=-1).sub_(g_excess)
+        return dprobs
 
 
 def diagonality_loss_eager(logits: torch.Tensor) -> torch.Tensor:
