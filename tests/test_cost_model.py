@@ -381,3 +381,24 @@ def test_attention_residual_writes_its_map_once_each_way():
         ('backward', 'aten::convolution_backward'),
         ('backward', 'aten::slice_backward'),
         ('forward', 'aten::bmm'), ('forward', 'aten::convolution')]
+
+
+def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch():
+    """FLatten's eager step on the meta device (a GPU's route): the
+    focusing function runs once on queries and keys joined, one power and
+    two norms forward, where two calls launched each twice."""
+    from vitattn_mm.models.attentions.focused_linear import \
+        FocusedLinearAttention
+    with torch.device('meta'):
+        attn = FocusedLinearAttention(64, 2, grid_size=(56, 56), sr_ratio=8,
+                                      attn_backend='eager')
+    x = torch.empty(2, 56 * 56, 64, device='meta', requires_grad=True)
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out, _ = attn(x, (56, 56))
+        recorder.phase = 'backward'
+        out.float().mean().backward()
+    forward = names(recorder.ops, 'forward')
+    assert forward.count('aten::pow.Tensor_Scalar') == 1
+    assert forward.count('aten::linalg_vector_norm') == 2

@@ -613,6 +613,27 @@ def test_compile_kernels_refuses_bad_input_by_name():
     assert done.returncode == 1 and 'unset TRITON_INTERPRET' in done.stderr
 
 
+@pytest.mark.parametrize('keys', [20, 63])
+def test_focusing_routes_agree(monkeypatch, keys):
+    """Queries and keys focused apart (the CPU's route) and in one call
+    (a GPU's): the same features and gradients, spatially reduced keys or
+    not."""
+    from vitattn_mm.ops import focusing
+    torch.manual_seed(0)
+    q = torch.randn(2, 63, 16, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, keys, 16, dtype=torch.float64, requires_grad=True)
+    s = torch.rand(16, dtype=torch.float64, requires_grad=True) + 0.5
+    results = []
+    for joined in (False, True):
+        monkeypatch.setattr(focusing, 'joins_queries_and_keys',
+                            lambda _: joined)
+        fq, fk = focusing.focused_pair(q, k, s, 3.)
+        loss = (fq.square().sum() + fk.sum(-1).square().sum())
+        results.append((fq, fk, *torch.autograd.grad(loss, (q, k, s))))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+
+
 def test_score_conv_routes_agree(monkeypatch):
     """The eager score convs head by head (the CPU's route) and every
     head at once (a GPU's): the same maps and gradients."""

@@ -23,7 +23,7 @@ from torch.utils.flop_counter import register_flop_formula
 from ..models.layers.common import full_precision, nlc_to_nchw
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
-from .focusing import focused_features
+from .focusing import focused_pair
 
 # ------------------------------------------------------------------ eager
 
@@ -64,8 +64,7 @@ def focused_linear_attention_eager(
         k = k + pos
     dtype = values.dtype
     with full_precision(q):
-        q = focused_features(q, s, focusing_factor)
-        k = focused_features(k, s, focusing_factor)
+        q, k = focused_pair(q, k, s, focusing_factor)
         q, k = _split_heads(q, num_heads), _split_heads(k, num_heads)
         v = _split_heads(values, num_heads).float()
         # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
