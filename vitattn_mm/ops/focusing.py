@@ -59,9 +59,10 @@ def focused_features_ops(x: torch.Tensor, s: torch.Tensor,
 def _focus(x: torch.Tensor, s: torch.Tensor, p: float):
     """The features, ``a = (ReLU(x) + eps) / s`` and the norms of ``a``
     and ``a^p`` over the channels."""
-    # ReLU in the input's dtype (exact), then fp32 by promotion with a
-    # 1-element eps: no pass of its own for the cast.
-    a = (F.relu(x) + s.new_full((1, ), 1e-6)) / s
+    # ReLU in the input's dtype (exact), then fp32 by promotion in the
+    # one pass that adds eps / s and divides by s: no pass of its own for
+    # the cast, nor one for the addition.
+    a = torch.addcdiv(s.new_full((1, ), 1e-6) / s, F.relu(x), s)
     r = torch.linalg.vector_norm(a, dim=-1, keepdim=True)
     f = a**p
     t = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
