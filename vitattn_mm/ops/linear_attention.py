@@ -65,7 +65,9 @@ def focused_linear_attention_eager(
     dtype = values.dtype
     with full_precision(q):
         q, k = focused_pair(q, k, s, focusing_factor)
-        q, k = _split_heads(q, num_heads), _split_heads(k, num_heads)
+        # Queries head-major once: both products below would copy them.
+        q = _split_heads(q, num_heads).contiguous()
+        k = _split_heads(k, num_heads)
         v = _split_heads(values, num_heads).float()
         # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
         # (v / sqrt(n)) with the 1 / n folded into z: in fp32 nothing
