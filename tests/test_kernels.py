@@ -347,6 +347,24 @@ def test_diagonality_loss_low_precision(dtype):
     assert max(errors.values()) <= TOLERANCE[dtype], errors
 
 
+def test_query_pooling_by_blocks_is_the_adaptive_pooling(monkeypatch):
+    """Where the key grid divides the query grid the queries are pooled
+    by a mean over blocks in the maps' layout; the adaptive pooling (the
+    general route, a captured graph's) gives the same maps and
+    gradients."""
+    from vitattn_mm.ops import diagonality_loss
+    maps = torch.randn(2, 3, 8 * 12, 2 * 3, dtype=torch.float64,
+                       requires_grad=True)
+    results = []
+    for captured in (False, True):
+        monkeypatch.setattr(diagonality_loss, 'capturing', lambda: captured)
+        pooled = diagonality_loss.pool_queries(maps, (8, 12), (2, 3))
+        grad, = torch.autograd.grad(pooled.square().sum(), maps)
+        results.append((pooled, grad))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize('query_hw, key_hw', [
     ((4, 6), (2, 3)),    # bins of 2x2 queries, as a reduction ratio gives
     ((5, 7), (3, 4)),    # uneven bins that overlap (ceil / floor edges)

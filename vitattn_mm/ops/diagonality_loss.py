@@ -202,8 +202,19 @@ def pool_queries(maps: torch.Tensor, query_hw: Sequence[int],
                  key_hw: Sequence[int]) -> torch.Tensor:
     """``(B, heads, N_q, N_k)`` maps with their queries average-pooled
     (adaptively) from the query grid onto the key grid: ``(B, heads, N_k,
-    N_k)``, row i the mean of the rows of key cell i's queries."""
+    N_k)``, row i the mean of the rows of key cell i's queries.
+
+    Eagerly, where the key grid divides the query grid (every PVT stage of
+    an input padded to 32, as mmdet pads detection batches), the bins are
+    equal blocks: one mean over each block's queries, in the maps' own
+    layout. The adaptive pooling, the general route (and the one a
+    captured graph takes), needs the maps transposed: a copy each way.
+    """
     B, h, _, Nk = maps.shape
+    (Hq, Wq), (Hk, Wk) = query_hw, key_hw
+    if not capturing() and Hq % Hk == 0 and Wq % Wk == 0:
+        blocks = maps.view(B, h, Hk, Hq // Hk, Wk, Wq // Wk, Nk)
+        return blocks.mean((3, 5)).view(B, h, Nk, Nk)
     columns = maps.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
     return F.adaptive_avg_pool2d(columns, tuple(key_hw)).reshape(
         B, h, Nk, Nk).transpose(-2, -1)
