@@ -61,8 +61,11 @@ def _focus(x: torch.Tensor, s: torch.Tensor, p: float):
     and ``a^p`` over the channels."""
     # ReLU in the input's dtype (exact), then fp32 by promotion in the
     # one pass that adds eps / s and divides by s: no pass of its own for
-    # the cast, nor one for the addition.
-    a = torch.addcdiv(s.new_full((1, ), 1e-6) / s, F.relu(x), s)
+    # the cast, nor one for the addition. (ONNX has no addcdiv; a captured
+    # graph fuses the two ops anyway.)
+    eps = s.new_full((1, ), 1e-6)
+    a = (F.relu(x) + eps) / s if capturing() else \
+        torch.addcdiv(eps / s, F.relu(x), s)
     r = torch.linalg.vector_norm(a, dim=-1, keepdim=True)
     f = a**p
     t = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
