@@ -56,17 +56,14 @@ def _terms(probs: torch.Tensor):
     asymmetry = torch.linalg.vector_norm(
         probs - probs.transpose(-2, -1), ord=1) / (2 * probs[..., 0].numel())
     diag = probs.diagonal(dim1=-2, dim2=-1)
-    off_diag = probs.masked_fill(_eye(probs), 0)
+    off_diag = probs.masked_fill(
+        torch.eye(probs.shape[-1], dtype=torch.bool, device=probs.device), 0)
     # Row maxima by amax, which shares a gradient among ties (a uniform
     # map's, at the identity initialisation) as the fused kernels do.
     off_max = off_diag.amax(dim=-1)
     row_max = probs.amax(dim=-1)
     dominance = ((off_max - diag).clamp_min(0) / row_max).mean()
     return asymmetry + dominance, off_max, row_max
-
-
-def _eye(probs: torch.Tensor) -> torch.Tensor:
-    return torch.eye(probs.shape[-1], dtype=torch.bool, device=probs.device)
 
 
 class DiagonalityTerms(torch.autograd.Function):
@@ -105,9 +102,11 @@ class DiagonalityTerms(torch.autograd.Function):
             return None
         g = grad / probs[..., 0].numel()
         excess = off_max - probs.diagonal(dim1=-2, dim2=-1)
-        off_ties = probs.masked_fill(_eye(probs), 0) == off_max[..., None]
-        # amax shares among the masked copy's ties, the zeroed diagonal's
-        # too (where it ties), whose share the mask then drops.
+        # The ties of the forward's masked copy, without rebuilding it:
+        # its diagonal is 0, a tie only where the maximum is 0. amax
+        # shares among them all; the mask then drops the diagonal's share.
+        off_ties = probs == off_max[..., None]
+        off_ties.diagonal(dim1=-2, dim2=-1).copy_(off_max == 0)
         off_count = off_ties.sum(-1)
         off_ties.diagonal(dim1=-2, dim2=-1).fill_(False)
         max_ties = probs == row_max[..., None]
