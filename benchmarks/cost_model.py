@@ -13,8 +13,9 @@ auxiliary losses included) on the meta device, every aten op through a
   convolution as if it were dense (a depthwise 7x7 over 96 channels
   counted 96 times over); here it costs what its forward costs.
 * **Bytes**: inputs plus outputs at their dtype, each tensor by the
-  elements it spans (a broadcast dimension is read once). Views,
-  allocations and metadata ops are free.
+  elements it spans (a broadcast dimension is read once); a fill
+  (``new_ones``, ``zeros_like``, ...) only writes. Views, allocations
+  and metadata ops are free.
 * **Fused kernels count once each way**, as a GPU runs them:
   ``F.scaled_dot_product_attention`` on 4-D inputs is one forward and one
   backward kernel (the meta device would decompose it into the math
@@ -155,6 +156,14 @@ FREE_OPS = {
 }
 
 
+#: Fills: a kernel that writes its output and reads no tensor (the one
+#: passed gives only the dtype, device or shape).
+FILLS = {
+    aten.new_zeros.default, aten.new_ones.default, aten.new_full.default,
+    aten.zeros_like.default, aten.ones_like.default, aten.full_like.default,
+}
+
+
 def _is_view(func) -> bool:
     """Whether ``func`` returns an alias of an input (a view: free)."""
     returns = func._schema.returns
@@ -217,8 +226,9 @@ class StepRecorder(TorchDispatchMode):
         else:
             formula = flop_registry.get(func._overloadpacket)
             flops = formula(*args, **kwargs, out_val=out) if formula else 0
-        nbytes = sum(map(tensor_bytes, _tensors((args, kwargs)))) + \
-            sum(map(tensor_bytes, _tensors(out)))
+        nbytes = sum(map(tensor_bytes, _tensors(out)))
+        if func not in FILLS:
+            nbytes += sum(map(tensor_bytes, _tensors((args, kwargs))))
         self.ops.append(OpRecord(str(func.name()), int(flops), int(nbytes),
                                  self.phase))
         return out

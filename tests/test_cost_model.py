@@ -63,6 +63,16 @@ def test_an_unaligned_float_mask_is_padded_first(keys, pads):
     assert ('aten::constant_pad_nd' in names(ops, 'forward')) is pads
 
 
+def test_a_fill_only_writes():
+    """``x.new_ones(...)`` and ``zeros_like(x)`` read nothing of ``x``."""
+    x = torch.empty(4, 1000, device='meta')
+    with cm.StepRecorder() as recorder:
+        x.new_ones(1, 1)
+        torch.zeros_like(x)
+        x + 1
+    assert [r.nbytes for r in recorder.ops] == [4, 16000, 32000]
+
+
 def test_depthwise_conv_weight_gradient_costs_its_forward():
     """torch's counter takes a grouped conv's weight gradient as dense."""
     conv = nn.Conv2d(96, 96, 7, padding=3, groups=96, device='meta')
