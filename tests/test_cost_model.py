@@ -393,16 +393,25 @@ def test_attention_residual_writes_its_map_once_each_way():
         ('forward', 'aten::bmm'), ('forward', 'aten::convolution')]
 
 
-def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch():
+@pytest.mark.parametrize('sr_ratio', [8, 1])
+def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch(
+        sr_ratio):
     """FLatten's eager step on the meta device (a GPU's route): the
     focusing function runs once on queries and keys joined, one power and
-    two norms forward, where two calls launched each twice."""
+    two norms forward, where two calls launched each twice; it writes them
+    in the heads' layout, which the products read without a copy; the
+    normaliser comes out of the product with the values (no sum of the
+    keys, no product of its own) and scales the output by a product (no
+    division's gradient over it)."""
     from vitattn_mm.models.attentions.focused_linear import \
         FocusedLinearAttention
     with torch.device('meta'):
-        attn = FocusedLinearAttention(64, 2, grid_size=(56, 56), sr_ratio=8,
+        attn = FocusedLinearAttention(64, 2, grid_size=(56, 56),
+                                      sr_ratio=sr_ratio,
                                       attn_backend='eager')
-    x = torch.empty(2, 56 * 56, 64, device='meta', requires_grad=True)
+    # bf16 tokens: the reduction's layout copy is not the features'.
+    x = torch.empty(2, 56 * 56, 64, device='meta', dtype=torch.bfloat16,
+                    requires_grad=True)
     recorder = cm.StepRecorder()
     with recorder, cm.MetaAutocast():
         with torch.autocast('cpu', dtype=torch.bfloat16):
@@ -412,3 +421,10 @@ def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch():
     forward = names(recorder.ops, 'forward')
     assert forward.count('aten::pow.Tensor_Scalar') == 1
     assert forward.count('aten::linalg_vector_norm') == 2
+    assert forward.count('aten::bmm') == 2
+    assert 'aten::sum.dim_IntList' not in forward
+    features = 2 * 56 * 56 * 64 * 4  # the queries' fp32 features
+    assert not [r for r in recorder.ops if r.name == 'aten::clone'
+                and r.phase == 'forward' and r.nbytes >= 2 * features]
+    # The focusing gradient's own five (two of them over the features).
+    assert names(recorder.ops, 'backward').count('aten::div.Tensor') == 5

@@ -112,6 +112,32 @@ def test_attention_weights_are_a_distribution():
     assert torch.allclose(weights.sum(-1), torch.ones(2, 64), atol=1e-5)
 
 
+@pytest.mark.parametrize('keys', [30, 63])
+def test_normaliser_routes_agree(keys):
+    """The normaliser comes out of the queries' one product with the state
+    ``[k^T v, sum(k)]``: from the keys' sum where the values are fp32
+    already, from a column of ones in the values' cast copy where they are
+    not. Both routes give the same output and gradients."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 63, 16)
+    kv = torch.randn(2, keys, 32)
+    pos = torch.randn(1, keys, 16)
+    s = torch.rand(1, 1, 16) + 0.5
+    dwc = torch.randn(8, 1, 5, 5), torch.randn(8)
+    v_map = torch.randn(2, 16, 7, 9)
+    results = []
+    for dtype in (torch.float32, torch.float64):  # sums / ones
+        inputs = [t.to(dtype).requires_grad_() for t in (q, kv, pos, s)]
+        out = focused_linear_attention_eager(
+            *inputs, v_map.to(dtype), *(t.to(dtype) for t in dwc), (7, 9),
+            2, 3.)
+        results.append((out, *torch.autograd.grad(out.square().sum(),
+                                                  inputs)))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected.float(), rtol=1e-5,
+                                   atol=1e-5 * expected.abs().max().item())
+
+
 def test_attention_fp16_autocast_stays_finite():
     """x**3 and the norms overflow in fp16: the module computes them in
     fp32 even under fp16 autocast (the GPU AMP case, here on the CPU)."""
@@ -616,14 +642,17 @@ def test_the_leading_stages_plan_is_a_value():
         LeadingStagesPlan(focused_linear(3, 5), 5)(dict(depths=[1] * 4), [])
 
 
+@pytest.mark.parametrize('head_major', [False, True])
 @pytest.mark.parametrize('p', [3, 2.5])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-def test_focused_features_backward_in_closed_form(p, dtype):
+def test_focused_features_backward_in_closed_form(p, dtype, head_major):
     """FocusedFeatures' written-out gradient equals autograd's through the
     plain ops (input and scale), also for tokens that are all ``eps``
     (every channel negative: the norms are ~eps^p and a careless grouping
-    overflows fp32) and at large inputs. (The plain ops are what a
-    captured graph runs; the ONNX round trips hold them to eager.)"""
+    overflows fp32) and at large inputs; tokens as ``(B, N, C)`` or
+    head-major ``(B, heads, N, C / heads)``, the norms over all of a
+    token's channels. (The plain ops are what a captured graph runs; the
+    ONNX round trips hold them to eager.)"""
     from vitattn_mm.ops.focusing import (FocusedFeatures,
                                       focused_features_ops)
     torch.manual_seed(0)
@@ -633,8 +662,17 @@ def test_focused_features_backward_in_closed_form(p, dtype):
     x = x.to(dtype).requires_grad_()
     s = (torch.rand(1, 1, 24) + 0.3).requires_grad_()
     g = torch.randn(2, 9, 24)
-    ours = FocusedFeatures.apply(x, s, p)[0]
-    reference = focused_features_ops(x, s, p)
+    dims = (-1, )
+    if head_major:
+        x, s, g = (t.unflatten(-1, (3, 8)).transpose(1, 2) for t in (x, s, g))
+        dims = (1, 3)
+    ours = FocusedFeatures.apply(x, s, p, dims)[0]
+    reference = focused_features_ops(x, s, p, dims)
+    if head_major:  # the norm is still over each token's 24 channels
+        torch.testing.assert_close(
+            ours.transpose(1, 2).flatten(2),
+            focused_features_ops(x.transpose(1, 2).flatten(2),
+                                 s.transpose(1, 2).flatten(2), p))
     torch.testing.assert_close(ours, reference)
     got = torch.autograd.grad(ours, (x, s), g)
     want = torch.autograd.grad(reference, (x, s), g)

@@ -636,8 +636,9 @@ def test_compile_kernels_refuses_bad_input_by_name():
 @pytest.mark.parametrize('keys', [20, 63])
 def test_focusing_routes_agree(monkeypatch, keys):
     """Queries and keys focused apart (the CPU's route) and in one call
-    (a GPU's): the same features and gradients, spatially reduced keys or
-    not."""
+    in the heads' layout (a GPU's): the same head-major features and
+    gradients, spatially reduced keys or not, the queries (and, joined,
+    the keys) in a layout the batched products read as they are."""
     from vitattn_mm.ops import focusing
     torch.manual_seed(0)
     q = torch.randn(2, 63, 16, dtype=torch.float64, requires_grad=True)
@@ -647,7 +648,12 @@ def test_focusing_routes_agree(monkeypatch, keys):
     for joined in (False, True):
         monkeypatch.setattr(focusing, 'joins_queries_and_keys',
                             lambda _: joined)
-        fq, fk = focusing.focused_pair(q, k, s, 3.)
+        fq, fk = focusing.focused_pair(q, k, s, 3., 4)
+        assert fq.shape == (2, 4, 63, 4) and fk.shape == (2, 4, keys, 4)
+        # Batches of matrices as they are in memory: no product copies.
+        assert fq.flatten(0, 1)._base is not None
+        if joined:
+            assert fk.flatten(0, 1)._base is not None
         loss = (fq.square().sum() + fk.sum(-1).square().sum())
         results.append((fq, fk, *torch.autograd.grad(loss, (q, k, s))))
     for got, expected in zip(*results):

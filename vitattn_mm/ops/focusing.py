@@ -1,16 +1,23 @@
 """FLatten's focusing function: the kernel of its queries and keys, with
 its gradient written out for the eager path."""
+from typing import Tuple
+
 import torch
 import torch.nn.functional as F
 
+from ..models.layers.common import split_heads
 from ..models.layers.size_aware import capturing
+
+Dims = Tuple[int, ...]
 
 
 def focused_features(x: torch.Tensor, s: torch.Tensor,
-                     focusing_factor: float) -> torch.Tensor:
+                     focusing_factor: float,
+                     channel_dims: Dims = (-1, )) -> torch.Tensor:
     """FLatten's kernel of ``(..., C)`` queries or keys, in fp32:
     ``(ReLU(x) + 1e-6) / s``, raised to ``focusing_factor`` and rescaled to
-    keep each token's norm over all C channels.
+    keep each token's norm over all C channels (``channel_dims``: the
+    heads and channels of a head-major ``(B, heads, N, C / heads)``).
 
     Eagerly autograd sees one function (:class:`FocusedFeatures`) whose
     backward is written out: the chain of eight elementwise ops would
@@ -18,8 +25,8 @@ def focused_features(x: torch.Tensor, s: torch.Tensor,
     GPU. A captured graph takes the ops themselves (a compiler fuses the
     chain; an ONNX graph has no backward)."""
     if capturing():
-        return focused_features_ops(x, s, focusing_factor)
-    return FocusedFeatures.apply(x, s, focusing_factor)[0]
+        return focused_features_ops(x, s, focusing_factor, channel_dims)
+    return FocusedFeatures.apply(x, s, focusing_factor, channel_dims)[0]
 
 
 def joins_queries_and_keys(x: torch.Tensor) -> bool:
@@ -29,36 +36,48 @@ def joins_queries_and_keys(x: torch.Tensor) -> bool:
 
 
 def focused_pair(q: torch.Tensor, k: torch.Tensor, s: torch.Tensor,
-                 focusing_factor: float):
+                 focusing_factor: float, num_heads: int):
     """:func:`focused_features` of ``(B, N, C)`` queries and ``(B, n, C)``
-    keys (the kernel acts on each token alone).
+    keys (the kernel acts on each token alone), head-major: ``(B, heads,
+    N, C / heads)`` and ``(B, heads, n, C / heads)``, the queries in a
+    layout the batched products read as it is.
 
     Where kernels launch (a GPU; the meta device the cost model records
-    on) one call on both, joined along the tokens: each call is some 25
-    kernels, forward and backward, and a small model's eager step is
-    bound by their launches (the calibrated cost model: FLatten-PVT-T
-    48 -> 41 ms). On the CPU two calls: there the joint copy leaves the
-    cache (Swin's stage-1 attention measured 210 -> 270-320 ms). While a
-    graph is captured, two calls too (a compiler fuses each chain).
+    on) one call on both, joined along the tokens in the heads' layout:
+    each call is some 25 kernels, forward and backward, and a small
+    model's eager step is bound by their launches (the calibrated cost
+    model: FLatten-PVT-T 48 -> 41 ms); the join is the one copy into the
+    layout the products read (no copy of the features after it, and the
+    gradient comes back in it). On the CPU two calls: there the joint
+    copy leaves the cache (Swin's stage-1 attention measured 210 ->
+    270-320 ms). While a graph is captured, two calls too (a compiler
+    fuses each chain).
     """
     if not joins_queries_and_keys(q):
-        return (focused_features(q, s, focusing_factor),
-                focused_features(k, s, focusing_factor))
+        # Both products would copy the queries: once here.
+        return (split_heads(focused_features(q, s, focusing_factor),
+                            num_heads).contiguous(),
+                split_heads(focused_features(k, s, focusing_factor),
+                            num_heads))
+    both = torch.cat([split_heads(q, num_heads), split_heads(k, num_heads)],
+                     dim=-2)
+    both = focused_features(both, s.reshape(1, num_heads, 1, -1),
+                            focusing_factor, channel_dims=(1, 3))
     # split, not two slices: its gradient is one concatenation, where a
     # slice's is a zero-filled copy of the whole.
-    both = focused_features(torch.cat([q, k], dim=-2), s, focusing_factor)
     return both.split([q.shape[-2], k.shape[-2]], dim=-2)
 
 
 def focused_features_ops(x: torch.Tensor, s: torch.Tensor,
-                         focusing_factor: float) -> torch.Tensor:
+                         focusing_factor: float,
+                         channel_dims: Dims = (-1, )) -> torch.Tensor:
     """:func:`focused_features` as plain ops, for autograd to walk back."""
-    return _focus(x, s, focusing_factor)[0]
+    return _focus(x, s, focusing_factor, channel_dims)[0]
 
 
-def _focus(x: torch.Tensor, s: torch.Tensor, p: float):
+def _focus(x: torch.Tensor, s: torch.Tensor, p: float, dims: Dims):
     """The features, ``a = (ReLU(x) + eps) / s`` and the norms of ``a``
-    and ``a^p`` over the channels."""
+    and ``a^p`` over the channel ``dims``."""
     # ReLU in the input's dtype (exact), then fp32 by promotion in the
     # one pass that adds eps / s and divides by s: no pass of its own for
     # the cast, nor one for the addition. (ONNX has no addcdiv; a captured
@@ -66,9 +85,9 @@ def _focus(x: torch.Tensor, s: torch.Tensor, p: float):
     eps = s.new_full((1, ), 1e-6)
     a = (F.relu(x) + eps) / s if capturing() else \
         torch.addcdiv(eps / s, F.relu(x), s)
-    r = torch.linalg.vector_norm(a, dim=-1, keepdim=True)
+    r = torch.linalg.vector_norm(a, dim=dims, keepdim=True)
     f = a**p
-    t = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+    t = torch.linalg.vector_norm(f, dim=dims, keepdim=True)
     return f * (r / t), a, r, t
 
 
@@ -85,20 +104,20 @@ class FocusedFeatures(torch.autograd.Function):
 
     grouped so that no factor leaves fp32's range where a token is all
     ``eps`` (``t`` ~ eps^p: ``r / t^3`` would overflow, ``r / t`` does
-    not). ``apply(x, s, p)`` returns the features, then ``a`` and the two
+    not). ``apply(x, s, p, dims)`` returns the features, then ``a`` and the two
     norms (not differentiable, never given a gradient), which it saves
     with the input; ``f`` is recomputed.
     """
 
     @staticmethod
-    def forward(x: torch.Tensor, s: torch.Tensor, p: float):
-        return _focus(x, s, p)
+    def forward(x: torch.Tensor, s: torch.Tensor, p: float, dims: Dims):
+        return _focus(x, s, p, dims)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         # (Not in forward: the backward ops differentiate the eager
         # composition with torch.func, which needs the split.)
-        x, s, ctx.p = inputs
+        x, s, ctx.p, ctx.dims = inputs
         _, a, r, t = output
         ctx.mark_non_differentiable(a, r, t)
         # No zero maps for the gradients of a, r and t, which are None.
@@ -109,11 +128,11 @@ class FocusedFeatures(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor, *_):
         x, s, a, r, t = ctx.saved_tensors
         if g is None:
-            return None, None, None
+            return None, None, None, None
         p = ctx.p
         h = a**(p - 1)
         f = h * a
-        c = (f * g).sum(dim=-1, keepdim=True) / t
+        c = (f * g).sum(dim=ctx.dims, keepdim=True) / t
         grad_f = torch.addcmul(g, f, c / t, value=-1) * (r / t)
         grad_a = torch.addcmul(a * (c / r), h, grad_f, value=p)
         grad_x = grad_s = None
@@ -124,4 +143,4 @@ class FocusedFeatures(torch.autograd.Function):
                                                        0).to(x.dtype)
         if ctx.needs_input_grad[1]:
             grad_s = -(grad * a).sum_to_size(s.shape)
-        return grad_x, grad_s, None
+        return grad_x, grad_s, None, None

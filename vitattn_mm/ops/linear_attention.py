@@ -20,17 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
-from ..models.layers.common import full_precision, nlc_to_nchw
+from ..models.layers.common import full_precision, nlc_to_nchw, split_heads
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
 from .focusing import focused_pair
 
 # ------------------------------------------------------------------ eager
-
-
-def _split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    B, N, C = x.shape
-    return x.reshape(B, N, num_heads, C // num_heads).transpose(1, 2)
 
 
 def focused_linear_attention_eager(
@@ -64,20 +59,34 @@ def focused_linear_attention_eager(
         k = k + pos
     dtype = values.dtype
     with full_precision(q):
-        q, k = focused_pair(q, k, s, focusing_factor)
-        # Queries head-major once: both products below would copy them.
-        q = _split_heads(q, num_heads).contiguous()
-        k = _split_heads(k, num_heads)
-        v = _split_heads(values, num_heads).float()
+        q, k = focused_pair(q, k, s, focusing_factor, num_heads)
+        # The state [k^T v, sum(k)]: one product with the queries gives
+        # q (k^T v) and the normaliser q . sum(k) together (a product of
+        # its own reads the queries again, and its gradient adds a map to
+        # theirs).
+        v = split_heads(values, num_heads)
+        if v.dtype == torch.float32:
+            state = torch.cat([k.transpose(-2, -1) @ v,
+                               k.sum(dim=-2).unsqueeze(-1)], dim=-1)
+        else:
+            # The values' cast to fp32 copies them anyway: with a column
+            # of ones in that copy the keys' product gives their sum
+            # (and its gradient adds nothing to theirs). cat casts, and
+            # its gradient is a view where a pad's is a copy.
+            ones = q.new_ones(1, 1, 1, 1).expand(*v.shape[:-1], 1)
+            state = k.transpose(-2, -1) @ torch.cat([v, ones], dim=-1)
         # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
         # (v / sqrt(n)) with the 1 / n folded into z: in fp32 nothing
         # overflows, and two scalings of whole key and value maps (and
         # their gradients) are passes saved.
         n = k.shape[-2]
-        z = torch.reciprocal(
-            q @ k.sum(dim=-2, keepdim=True).transpose(-2, -1) + n * 1e-6)
-        out = q @ (k.transpose(-2, -1) @ v) * z
-    out = out.transpose(1, 2).reshape(B, N, C).to(dtype)
+        out, denominator = (q @ state).split([v.shape[-1], 1], dim=-1)
+        # A product, not a division: the division's gradient is five
+        # passes over the output, the product's three.
+        out = out * torch.reciprocal(denominator + n * 1e-6)
+    # Token-major and cast back in one copy.
+    out = out.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
+    out = out.reshape(B, N, C)
     if dwc_map is None:
         dwc_map = nlc_to_nchw(values, hw)
     # One depthwise kernel for every head: heads go into the batch.

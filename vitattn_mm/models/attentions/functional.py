@@ -13,8 +13,16 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+# split_heads lives with the layers (the custom ops split heads too).
+from ..layers.common import split_heads
 from ..layers.size_aware import aligned_rows
 from .base import Grid, QueryAttention
+
+__all__ = [
+    'check_heads', 'split_heads', 'merge_heads', 'window_logit_bias',
+    'add_logit_bias', 'masked_softmax', 'attention_logits',
+    'softmax_attention', 'softmax_query'
+]
 
 
 def check_heads(embed_dims: int, num_heads: int) -> int:
@@ -23,12 +31,6 @@ def check_heads(embed_dims: int, num_heads: int) -> int:
         raise ValueError(f'embed_dims {embed_dims} is not divisible by '
                          f'num_heads {num_heads}')
     return embed_dims // num_heads
-
-
-def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``(B, N, C)`` -> ``(B, heads, N, C / heads)``."""
-    B, N, C = x.shape
-    return x.reshape(B, N, num_heads, C // num_heads).transpose(1, 2)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,12 @@ def nchw_to_nlc(x: torch.Tensor) -> torch.Tensor:
     return x.flatten(2).transpose(1, 2).contiguous()
 
 
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``(B, N, C)`` -> a ``(B, heads, N, C / heads)`` view."""
+    B, N, C = x.shape
+    return x.reshape(B, N, num_heads, C // num_heads).transpose(1, 2)
+
+
 def full_precision(x: torch.Tensor):
     """Autocast off for ``x``'s device: the fp32 core of an attention whose
     sums overflow fp16.
