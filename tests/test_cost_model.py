@@ -428,3 +428,27 @@ def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch(
                 and r.phase == 'forward' and r.nbytes >= 2 * features]
     # The focusing gradient's own five (two of them over the features).
     assert names(recorder.ops, 'backward').count('aten::div.Tensor') == 5
+
+
+def test_relu_linear_attention_casts_and_scales_in_few_passes():
+    """L2ViT's eager attention under bf16 (a GPU's step on the meta
+    device): one ReLU and one cast for queries and keys together, the
+    values cast with their column of ones in one copy (no pad, whose
+    gradient is a copy), the output scaled by a product (no division's
+    gradient over it) and cast back token-major in one copy."""
+    from vitattn_mm.ops import relu_linear_attention_eager
+    qkv = torch.empty(2, 3136, 192, device='meta', dtype=torch.bfloat16,
+                      requires_grad=True)
+    temperature = torch.empty(2, 1, 1, device='meta', requires_grad=True)
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        out = relu_linear_attention_eager(qkv, temperature, 2, 1e-6)
+        recorder.phase = 'backward'
+        out.float().mean().backward()
+    forward = names(recorder.ops, 'forward')
+    assert forward.count('aten::relu') == 1
+    assert forward.count('aten::_to_copy') == 2
+    assert 'aten::constant_pad_nd' not in names(recorder.ops)
+    values = 2 * 3136 * 64 * 4  # one of q, k, v in fp32
+    assert not [r for r in recorder.ops if r.nbytes >= values and
+                r.name in ('aten::div.Tensor', 'aten::clone')]

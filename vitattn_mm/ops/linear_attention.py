@@ -117,19 +117,29 @@ def relu_linear_attention_eager(qkv: torch.Tensor,
         Tensor: ``(B, N, C)``, the dtype of ``qkv``.
     """
     B, N, C3 = qkv.shape
-    qkv = qkv.reshape(B, N, 3, num_heads, C3 // 3 // num_heads)
-    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    dtype = qkv.dtype
+    # split, not slices: the gradient is one concatenation.
+    qk, v = qkv.reshape(B, N, 3, num_heads, C3 // 3 // num_heads).split(
+        [2, 1], dim=2)
     with full_precision(qkv):
-        # ReLU in the input's dtype (exact), then the casts.
-        q, k = F.relu(q).float(), F.relu(k).float()
+        # ReLU of queries and keys together in the input's dtype (exact),
+        # then one copy casts them and writes them head-major.
+        q, k = F.relu(qk).permute(2, 0, 3, 1, 4).to(
+            torch.float32, memory_format=torch.contiguous_format).unbind(0)
         # The values with a column of ones: one product gives q (k^T v)
         # and the normaliser q . sum(k) together; T scales the first only.
-        v = F.pad(v.float(), (0, 1), value=1.)
+        # (cat casts: one copy, and its gradient is a view.)
+        v = v.squeeze(2).transpose(1, 2)
+        v = torch.cat([v, q.new_ones(1, 1, 1, 1).expand(*v.shape[:-1], 1)],
+                      dim=-1)
         out, denominator = (q @ (k.transpose(-2, -1) @ v)).split(
             [v.shape[-1] - 1, 1], dim=-1)
-        out = out / (denominator.clamp(min=denominator_min) /
-                     temperature.float())
-    return out.to(qkv.dtype).transpose(1, 2).reshape(B, N, C3 // 3)
+        # A product: a division's gradient is five passes over the output.
+        out = out * (temperature.float() /
+                     denominator.clamp(min=denominator_min))
+    # Token-major and cast back in one copy.
+    out = out.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
+    return out.reshape(B, N, C3 // 3)
 
 
 # ---------------------------------------------------------------- kernels
