@@ -452,3 +452,20 @@ def test_relu_linear_attention_casts_and_scales_in_few_passes():
     values = 2 * 3136 * 64 * 4  # one of q, k, v in fp32
     assert not [r for r in recorder.ops if r.nbytes >= values and
                 r.name in ('aten::div.Tensor', 'aten::clone')]
+
+
+def test_diagonality_terms_take_one_row_maximum_and_one_tie_mask():
+    """The eager DP-loss terms (a GPU's step on the meta device): the row
+    maximum follows from the off-diagonal one and the diagonal (one amax
+    over the map, not two) and the backward builds one tie mask (the
+    ties of the row maximum are those of the off-diagonal one wherever
+    they get a gradient)."""
+    from vitattn_mm.ops.diagonality_loss import diagonality_loss_eager
+    logits = torch.empty(2, 3, 49, 49, device='meta', requires_grad=True)
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        loss = diagonality_loss_eager(logits)
+        recorder.phase = 'backward'
+        loss.backward()
+    assert names(recorder.ops, 'forward').count('aten::amax') == 1
+    assert names(recorder.ops, 'backward').count('aten::eq.Tensor') == 1

@@ -317,15 +317,20 @@ def test_diagonality_terms_written_out_gradient_is_autograds():
     """The eager terms' written-out backward (DiagonalityTerms) against
     autograd through the plain ops, fp64: random maps, a uniform map (all
     ties, excess exactly 0), the identity's softmax, ties among the
-    off-diagonal and the row maxima, a 1x1 map (the masked copy's only
-    entry, the diagonal, is its maximum)."""
+    off-diagonal and the row maxima (where the excess is 0 and where it is
+    positive), the identity (off-diagonal maxima of 0), a 1x1 map (the
+    masked copy's only entry, the diagonal, is its maximum)."""
     from vitattn_mm.ops.diagonality_loss import (DiagonalityTerms,
                                                  diagonality_terms_ops)
     g = torch.Generator().manual_seed(0)
     ties = torch.tensor([[0.5, 0.5, 0.], [0.2, 0.2, 0.6], [0.1, 0.45, 0.45]])
+    # Off-diagonal maxima tied where the excess is positive (shared), the
+    # diagonal 0 there, and a row whose diagonal wins.
+    shared = torch.tensor([[0.1, 0.45, 0.45], [0.3, 0.4, 0.3], [0.5, 0.5, 0.]])
     maps = [torch.randn(2, 3, 7, 7, generator=g).softmax(-1),
             torch.full((2, 2, 5, 5), 0.2),
             (3 * torch.eye(6)).softmax(-1)[None], ties[None, None],
+            shared[None, None], torch.eye(4)[None, None],
             torch.ones(1, 1, 1, 1)]
     for probs in maps:
         ours = probs.double().requires_grad_()

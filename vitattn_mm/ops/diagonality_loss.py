@@ -59,9 +59,12 @@ def _terms(probs: torch.Tensor):
     off_diag = probs.masked_fill(
         torch.eye(probs.shape[-1], dtype=torch.bool, device=probs.device), 0)
     # Row maxima by amax, which shares a gradient among ties (a uniform
-    # map's, at the identity initialisation) as the fused kernels do.
+    # map's, at the identity initialisation) as the fused kernels do. The
+    # row's maximum from the off-diagonal one and the diagonal, not from
+    # another pass over the map: where the two tie, the excess is 0 and
+    # the maximum gets no gradient, so how maximum() splits it is moot.
     off_max = off_diag.amax(dim=-1)
-    row_max = probs.amax(dim=-1)
+    row_max = torch.maximum(off_max, diag)
     dominance = ((off_max - diag).clamp_min(0) / row_max).mean()
     return asymmetry + dominance, off_max, row_max
 
@@ -78,9 +81,11 @@ class DiagonalityTerms(torch.autograd.Function):
               - g max(e, 0) / (M m^2)  (at the ties of m, shared)
 
     the ties shared as ``amax``'s gradient shares them, and none through
-    the clamp at ``e = 0``, as ``clamp_min``'s. ``apply(probs)``
-    returns the loss, then the off-diagonal and row maxima (not
-    differentiable), which it saves with the map.
+    the clamp at ``e = 0``, as ``clamp_min``'s. The last two terms live
+    only where ``e > 0``, and there ``m = o > P_ii``: the ties of ``m`` are
+    those of ``o``, off the diagonal, and one mask serves both.
+    ``apply(probs)`` returns the loss, then the off-diagonal and row maxima
+    (not differentiable), which it saves with the map.
     """
 
     @staticmethod
@@ -102,21 +107,16 @@ class DiagonalityTerms(torch.autograd.Function):
             return None
         g = grad / probs[..., 0].numel()
         excess = off_max - probs.diagonal(dim1=-2, dim2=-1)
-        # The ties of the forward's masked copy, without rebuilding it:
-        # its diagonal is 0, a tie only where the maximum is 0. amax
-        # shares among them all; the mask then drops the diagonal's share.
-        off_ties = probs == off_max[..., None]
-        off_ties.diagonal(dim1=-2, dim2=-1).copy_(off_max == 0)
-        off_count = off_ties.sum(-1)
-        off_ties.diagonal(dim1=-2, dim2=-1).fill_(False)
-        max_ties = probs == row_max[..., None]
         g_row = g / row_max
         g_excess = (excess > 0) * g_row
         g_max = excess.clamp_min(0) * g_row / row_max  # its negative
+        # Where e > 0 no tie is on the diagonal and the count is the
+        # true one; elsewhere the coefficient is 0 (and the count may be
+        # 0: a 1x1 map).
+        ties = probs == off_max[..., None]
+        tied = (g_excess - g_max) / ties.sum(-1).clamp_min(1)
         dprobs = (probs - probs.transpose(-2, -1)).sign_().mul_(g)
-        dprobs.addcmul_(off_ties, (g_excess / off_count)[..., None])
-        dprobs.addcmul_(max_ties, (g_max / max_ties.sum(-1))[..., None],
-                        value=-1)
+        dprobs.addcmul_(ties, tied[..., None])
         dprobs.diagonal(dim1=-2, dim2=-1).sub_(g_excess)
         return dprobs
 
