@@ -20,12 +20,22 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
-from ..models.layers.common import full_precision, nlc_to_nchw, split_heads
+from ..models.layers.common import (full_precision, merge_heads,
+                                    nlc_to_nchw, split_heads)
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
 from .focusing import focused_pair
 
 # ------------------------------------------------------------------ eager
+
+
+def _with_ones(v: torch.Tensor) -> torch.Tensor:
+    """``(..., d)`` values with a column of ones, in fp32 at least: a
+    product of the keys with them gives ``k^T v`` and the keys' sum
+    together. One copy, which casts (cat promotes), and whose gradient is
+    a view (a pad's is a copy)."""
+    ones = torch.ones(1, device=v.device).expand(*v.shape[:-1], 1)
+    return torch.cat([v, ones], dim=-1)
 
 
 def focused_linear_attention_eager(
@@ -71,10 +81,8 @@ def focused_linear_attention_eager(
         else:
             # The values' cast to fp32 copies them anyway: with a column
             # of ones in that copy the keys' product gives their sum
-            # (and its gradient adds nothing to theirs). cat casts, and
-            # its gradient is a view where a pad's is a copy.
-            ones = q.new_ones(1, 1, 1, 1).expand(*v.shape[:-1], 1)
-            state = k.transpose(-2, -1) @ torch.cat([v, ones], dim=-1)
+            # (and its gradient adds nothing to theirs).
+            state = k.transpose(-2, -1) @ _with_ones(v)
         # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
         # (v / sqrt(n)) with the 1 / n folded into z: in fp32 nothing
         # overflows, and two scalings of whole key and value maps (and
@@ -84,9 +92,7 @@ def focused_linear_attention_eager(
         # A product, not a division: the division's gradient is five
         # passes over the output, the product's three.
         out = out * torch.reciprocal(denominator + n * 1e-6)
-    # Token-major and cast back in one copy.
-    out = out.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
-    out = out.reshape(B, N, C)
+    out = merge_heads(out, dtype)
     if dwc_map is None:
         dwc_map = nlc_to_nchw(values, hw)
     # One depthwise kernel for every head: heads go into the batch.
@@ -128,18 +134,13 @@ def relu_linear_attention_eager(qkv: torch.Tensor,
             torch.float32, memory_format=torch.contiguous_format).unbind(0)
         # The values with a column of ones: one product gives q (k^T v)
         # and the normaliser q . sum(k) together; T scales the first only.
-        # (cat casts: one copy, and its gradient is a view.)
-        v = v.squeeze(2).transpose(1, 2)
-        v = torch.cat([v, q.new_ones(1, 1, 1, 1).expand(*v.shape[:-1], 1)],
-                      dim=-1)
+        v = _with_ones(v.squeeze(2).transpose(1, 2))
         out, denominator = (q @ (k.transpose(-2, -1) @ v)).split(
             [v.shape[-1] - 1, 1], dim=-1)
         # A product: a division's gradient is five passes over the output.
         out = out * (temperature.float() /
                      denominator.clamp(min=denominator_min))
-    # Token-major and cast back in one copy.
-    out = out.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
-    return out.reshape(B, N, C3 // 3)
+    return merge_heads(out, dtype)
 
 
 # ---------------------------------------------------------------- kernels

@@ -13,8 +13,8 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-# split_heads lives with the layers (the custom ops split heads too).
-from ..layers.common import split_heads
+# The heads' layout lives with the layers (the custom ops use it too).
+from ..layers.common import merge_heads, split_heads
 from ..layers.size_aware import aligned_rows
 from .base import Grid, QueryAttention
 
@@ -31,18 +31,6 @@ def check_heads(embed_dims: int, num_heads: int) -> int:
         raise ValueError(f'embed_dims {embed_dims} is not divisible by '
                          f'num_heads {num_heads}')
     return embed_dims // num_heads
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """``(B, heads, N, d)`` -> ``(B, N, heads * d)``.
-
-    Through an explicit copy (as ``reshape`` copies here anyway): the
-    strides of a fused kernel's output differ between its eager and its
-    decomposed (ONNX dynamo) form, and a graph traced as a view of the one
-    breaks on the other."""
-    B, h, N, d = x.shape
-    x = x.transpose(1, 2).clone(memory_format=torch.contiguous_format)
-    return x.view(B, N, h * d)
 
 
 def window_logit_bias(bias: Optional[torch.Tensor],

@@ -1,6 +1,6 @@
 """Small helpers every skeleton uses."""
 from numbers import Integral
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -22,6 +22,25 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """``(B, N, C)`` -> a ``(B, heads, N, C / heads)`` view."""
     B, N, C = x.shape
     return x.reshape(B, N, num_heads, C // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor,
+                dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``(B, heads, N, d)`` -> ``(B, N, heads * d)``, cast to ``dtype`` in
+    the same copy where one is given.
+
+    Through an explicit copy (as ``reshape`` copies here anyway): the
+    strides of a fused kernel's output differ between its eager and its
+    decomposed (ONNX dynamo) form, and a graph traced as a view of the one
+    breaks on the other. (``.to`` alone returns a tensor of its dtype as
+    it is, so it casts only.)"""
+    B, h, N, d = x.shape
+    x = x.transpose(1, 2)
+    if dtype is None or dtype == x.dtype:
+        x = x.clone(memory_format=torch.contiguous_format)
+    else:
+        x = x.to(dtype, memory_format=torch.contiguous_format)
+    return x.view(B, N, h * d)
 
 
 def full_precision(x: torch.Tensor):
