@@ -228,7 +228,11 @@ class StepRecorder(TorchDispatchMode):
             flops = formula(*args, **kwargs, out_val=out) if formula else 0
         nbytes = sum(map(tensor_bytes, _tensors(out)))
         if func not in FILLS:
-            nbytes += sum(map(tensor_bytes, _tensors((args, kwargs))))
+            # An out= argument is written (counted with the output), not
+            # read.
+            written = {a.name for a in func._schema.arguments if a.is_out}
+            read = {k: v for k, v in kwargs.items() if k not in written}
+            nbytes += sum(map(tensor_bytes, _tensors((args, read))))
         self.ops.append(OpRecord(str(func.name()), int(flops), int(nbytes),
                                  self.phase))
         return out
