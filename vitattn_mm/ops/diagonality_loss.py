@@ -48,13 +48,10 @@ def diagonality_terms_ops(probs: torch.Tensor) -> torch.Tensor:
     return _terms(probs)[0]
 
 
-def _terms(probs: torch.Tensor):
+def _terms(probs: torch.Tensor, through_autograd: bool = True):
     """The loss, each row's off-diagonal maximum and each row's
-    maximum."""
-    # sum_ij |P_ij - P_ji| / 2 per row, averaged: one norm, where a
-    # row sum and a mean were two passes and two gradients.
-    asymmetry = torch.linalg.vector_norm(
-        probs - probs.transpose(-2, -1), ord=1) / (2 * probs[..., 0].numel())
+    maximum (``through_autograd``: ops whose gradients autograd gets
+    right at ties)."""
     diag = probs.diagonal(dim1=-2, dim2=-1)
     off_diag = probs.masked_fill(
         torch.eye(probs.shape[-1], dtype=torch.bool, device=probs.device), 0)
@@ -65,8 +62,18 @@ def _terms(probs: torch.Tensor):
     # the maximum gets no gradient, so how maximum() splits it is moot.
     off_max = off_diag.amax(dim=-1)
     row_max = torch.maximum(off_max, diag)
-    dominance = ((off_max - diag).clamp_min(0) / row_max).mean()
-    return asymmetry + dominance, off_max, row_max
+    if through_autograd:
+        # clamp_min passes no gradient at an excess of exactly 0.
+        excess = (off_max - diag).clamp_min(0)
+    else:  # the same values, one op (DiagonalityTerms' own gradient)
+        excess = row_max - diag
+    # sum_ij |P_ij - P_ji| / 2 per row (one norm, where a row sum and a
+    # mean were two passes and two gradients) plus the rows' dominance,
+    # averaged over the rows at once.
+    asymmetry = torch.linalg.vector_norm(probs - probs.transpose(-2, -1),
+                                         ord=1)
+    loss = torch.add((excess / row_max).sum(), asymmetry, alpha=0.5)
+    return loss / diag.numel(), off_max, row_max
 
 
 class DiagonalityTerms(torch.autograd.Function):
@@ -90,7 +97,7 @@ class DiagonalityTerms(torch.autograd.Function):
 
     @staticmethod
     def forward(probs: torch.Tensor):
-        return _terms(probs)
+        return _terms(probs, through_autograd=False)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -106,15 +113,16 @@ class DiagonalityTerms(torch.autograd.Function):
         if grad is None:
             return None
         g = grad / probs[..., 0].numel()
-        excess = off_max - probs.diagonal(dim1=-2, dim2=-1)
-        g_row = g / row_max
-        g_excess = (excess > 0) * g_row
-        g_max = excess.clamp_min(0) * g_row / row_max  # its negative
-        # Where e > 0 no tie is on the diagonal and the count is the
-        # true one; elsewhere the coefficient is 0 (and the count may be
-        # 0: a 1x1 map).
+        diag = probs.diagonal(dim1=-2, dim2=-1)
+        g_excess = (off_max > diag) * (g / row_max)
+        # Where the excess e = o - P_ii is positive, m = o and the excess
+        # and the maximum together give o the coefficient
+        # g / m - g e / m^2 = g P_ii / m^2, shared among its ties; there
+        # no tie is on the diagonal and the count is the true one;
+        # elsewhere the coefficient is 0 (and the count may be 0: a 1x1
+        # map).
         ties = probs == off_max[..., None]
-        tied = (g_excess - g_max) / ties.sum(-1).clamp_min(1)
+        tied = g_excess * diag / (row_max * ties.sum(-1).clamp_min(1))
         dprobs = (probs - probs.transpose(-2, -1)).sign_().mul_(g)
         dprobs.addcmul_(ties, tied[..., None])
         dprobs.diagonal(dim1=-2, dim2=-1).sub_(g_excess)
