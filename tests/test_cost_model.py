@@ -412,8 +412,8 @@ def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch(
     two norms forward, where two calls launched each twice; it writes them
     in the heads' layout, which the products read without a copy; the
     normaliser comes out of the product with the values (no sum of the
-    keys, no product of its own) and scales the output by a product (no
-    division's gradient over it)."""
+    keys, no product of its own); the products write their gradients
+    into one tensor each (no concatenation of their parts)."""
     from vitattn_mm.models.attentions.focused_linear import \
         FocusedLinearAttention
     with torch.device('meta'):
@@ -437,8 +437,13 @@ def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch(
     features = 2 * 56 * 56 * 64 * 4  # the queries' fp32 features
     assert not [r for r in recorder.ops if r.name == 'aten::clone'
                 and r.phase == 'forward' and r.nbytes >= 2 * features]
-    # The focusing gradient's own five (two of them over the features).
-    assert names(recorder.ops, 'backward').count('aten::div.Tensor') == 5
+    backward = names(recorder.ops, 'backward')
+    # The focusing gradient's own four (one over the features) and the
+    # output's one, straight into the product's gradient.
+    assert backward.count('aten::div.Tensor') == 4
+    assert backward.count('aten::div.out') == 1
+    # The one of the projection's keys and values (chunk's gradient).
+    assert backward.count('aten::cat') == 1
 
 
 def test_relu_linear_attention_casts_and_scales_in_few_passes():

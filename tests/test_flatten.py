@@ -138,6 +138,31 @@ def test_normaliser_routes_agree(keys):
                                    atol=1e-5 * expected.abs().max().item())
 
 
+@pytest.mark.parametrize('keys', [30, 63])
+def test_joined_route_is_the_separate_one(monkeypatch, keys):
+    """The whole eager attention with queries and keys focused and
+    multiplied joined (a GPU's route: one focusing call, the products'
+    gradients written out) and apart (the CPU's): the same output and
+    gradients of q, kv, pos and s, fp64."""
+    from vitattn_mm.ops import focusing
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 63, 16), torch.randn(2, keys, 32),
+              torch.randn(1, keys, 16), torch.rand(1, 1, 16) + 0.5]
+    inputs = [t.double().requires_grad_() for t in inputs]
+    dwc = [torch.randn(8, 1, 5, 5).double(), torch.randn(8).double()]
+    v_map = torch.randn(2, 16, 7, 9).double()
+    results = []
+    for joined in (False, True):
+        monkeypatch.setattr(focusing, 'joins_queries_and_keys',
+                            lambda _: joined)
+        out = focused_linear_attention_eager(*inputs, v_map, *dwc, (7, 9),
+                                             2, 3.)
+        results.append((out, *torch.autograd.grad(out.square().sum(),
+                                                  inputs)))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
+
 def test_attention_fp16_autocast_stays_finite():
     """x**3 and the norms overflow in fp16: the module computes them in
     fp32 even under fp16 autocast (the GPU AMP case, here on the CPU)."""

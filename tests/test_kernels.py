@@ -639,30 +639,60 @@ def test_compile_kernels_refuses_bad_input_by_name():
 
 
 @pytest.mark.parametrize('keys', [20, 63])
-def test_focusing_routes_agree(monkeypatch, keys):
+def test_focusing_routes_agree(keys):
     """Queries and keys focused apart (the CPU's route) and in one call
     in the heads' layout (a GPU's): the same head-major features and
     gradients, spatially reduced keys or not, the queries (and, joined,
-    the keys) in a layout the batched products read as they are."""
+    queries and keys) in a layout the batched products read as it is."""
     from vitattn_mm.ops import focusing
     torch.manual_seed(0)
     q = torch.randn(2, 63, 16, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, keys, 16, dtype=torch.float64, requires_grad=True)
     s = torch.rand(16, dtype=torch.float64, requires_grad=True) + 0.5
+    apart = focusing.focused_pair(q, k, s, 3., 4)
+    joined = focusing.focused_joint(q, k, s, 3., 4)
+    assert joined.shape == (2, 4, 63 + keys, 4)
+    # Batches of matrices as they are in memory: no product copies.
+    assert apart[0].flatten(0, 1)._base is not None
+    assert joined.flatten(0, 1)._base is not None
     results = []
-    for joined in (False, True):
-        monkeypatch.setattr(focusing, 'joins_queries_and_keys',
-                            lambda _: joined)
-        fq, fk = focusing.focused_pair(q, k, s, 3., 4)
-        assert fq.shape == (2, 4, 63, 4) and fk.shape == (2, 4, keys, 4)
-        # Batches of matrices as they are in memory: no product copies.
-        assert fq.flatten(0, 1)._base is not None
-        if joined:
-            assert fk.flatten(0, 1)._base is not None
+    for fq, fk in (apart, joined.split([63, keys], dim=-2)):
         loss = (fq.square().sum() + fk.sum(-1).square().sum())
         results.append((fq, fk, *torch.autograd.grad(loss, (q, k, s))))
     for got, expected in zip(*results):
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize('values_dtype', [torch.float64, torch.float32,
+                                          torch.bfloat16])
+@pytest.mark.parametrize('queries, keys', [(30, 30), (63, 20)])
+def test_joined_linear_attention_gradient_is_autograds(values_dtype, queries,
+                                                       keys):
+    """JoinedLinearAttention (queries and keys joined, its gradient
+    written out into one tensor per product) against autograd through
+    the plain products: the values' column of ones (fp64, bf16) and the
+    keys' sum (fp32 values), as many keys as queries or fewer."""
+    from vitattn_mm.ops.linear_products import (JoinedLinearAttention,
+                                                 normalised_linear_attention)
+    torch.manual_seed(0)
+    dtype = torch.float64 if values_dtype == torch.float64 else \
+        torch.float32
+    features = torch.rand(2, 3, queries + keys, 8, dtype=dtype,
+                          requires_grad=True)
+    v = torch.randn(2, keys, 24, dtype=values_dtype).unflatten(
+        -1, (3, 8)).transpose(1, 2).detach().requires_grad_()
+    g = torch.randn(2, 3, queries, 8, dtype=dtype)
+    out = JoinedLinearAttention.apply(features, v, queries, 1e-4)[0]
+    got = torch.autograd.grad(out, (features, v), g)
+    q, k = features.split([queries, keys], dim=-2)
+    reference = normalised_linear_attention(q, k, v, 1e-4)
+    want = torch.autograd.grad(reference, (features, v), g)
+    tol = dict(rtol=1e-12, atol=1e-14) if dtype == torch.float64 else \
+        dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out, reference, **tol)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, **tol)
 
 
 def test_score_conv_routes_agree(monkeypatch):

@@ -30,7 +30,8 @@ def focused_features(x: torch.Tensor, s: torch.Tensor,
 
 
 def joins_queries_and_keys(x: torch.Tensor) -> bool:
-    """Whether :func:`focused_pair` focuses queries and keys in one call:
+    """Whether queries and keys are focused in one call
+    (:func:`focused_joint`) rather than two (:func:`focused_pair`):
     eagerly, off the CPU."""
     return x.device.type != 'cpu' and not capturing()
 
@@ -40,32 +41,32 @@ def focused_pair(q: torch.Tensor, k: torch.Tensor, s: torch.Tensor,
     """:func:`focused_features` of ``(B, N, C)`` queries and ``(B, n, C)``
     keys (the kernel acts on each token alone), head-major: ``(B, heads,
     N, C / heads)`` and ``(B, heads, n, C / heads)``, the queries in a
-    layout the batched products read as it is.
+    layout the batched products read as it is. Two calls: the CPU's
+    route, and a captured graph's (a compiler fuses each chain)."""
+    # Both products would copy the queries: once here.
+    return (split_heads(focused_features(q, s, focusing_factor),
+                        num_heads).contiguous(),
+            split_heads(focused_features(k, s, focusing_factor), num_heads))
+
+
+def focused_joint(q: torch.Tensor, k: torch.Tensor, s: torch.Tensor,
+                  focusing_factor: float, num_heads: int) -> torch.Tensor:
+    """:func:`focused_pair`'s features in one call, joined along the
+    tokens in the heads' layout: ``(B, heads, N + n, C / heads)``.
 
     Where kernels launch (a GPU; the meta device the cost model records
-    on) one call on both, joined along the tokens in the heads' layout:
-    each call is some 25 kernels, forward and backward, and a small
+    on): each call is some 25 kernels, forward and backward, and a small
     model's eager step is bound by their launches (the calibrated cost
     model: FLatten-PVT-T 48 -> 41 ms); the join is the one copy into the
-    layout the products read (no copy of the features after it, and the
-    gradient comes back in it). On the CPU two calls: there the joint
-    copy leaves the cache (Swin's stage-1 attention measured 210 ->
-    270-320 ms). While a graph is captured, two calls too (a compiler
-    fuses each chain).
+    layout the products read, and the products' gradients are written
+    into one tensor in it (:class:`~vitattn_mm.ops.linear_products.
+    JoinedLinearAttention`). Not on the CPU: there the joint copy leaves
+    the cache (Swin's stage-1 attention measured 210 -> 270-320 ms).
     """
-    if not joins_queries_and_keys(q):
-        # Both products would copy the queries: once here.
-        return (split_heads(focused_features(q, s, focusing_factor),
-                            num_heads).contiguous(),
-                split_heads(focused_features(k, s, focusing_factor),
-                            num_heads))
     both = torch.cat([split_heads(q, num_heads), split_heads(k, num_heads)],
                      dim=-2)
-    both = focused_features(both, s.reshape(1, num_heads, 1, -1),
+    return focused_features(both, s.reshape(1, num_heads, 1, -1),
                             focusing_factor, channel_dims=(1, 3))
-    # split, not two slices: its gradient is one concatenation, where a
-    # slice's is a zero-filled copy of the whole.
-    return both.split([q.shape[-2], k.shape[-2]], dim=-2)
 
 
 def focused_features_ops(x: torch.Tensor, s: torch.Tensor,
@@ -76,8 +77,8 @@ def focused_features_ops(x: torch.Tensor, s: torch.Tensor,
 
 
 def _focus(x: torch.Tensor, s: torch.Tensor, p: float, dims: Dims):
-    """The features, ``a = (ReLU(x) + eps) / s`` and the norms of ``a``
-    and ``a^p`` over the channel ``dims``."""
+    """The features, ``a = (ReLU(x) + eps) / s``, the ratio ``r / t`` of
+    the norms of ``a`` and ``a^p`` over the channel ``dims``, and ``t``."""
     # ReLU in the input's dtype (exact), then fp32 by promotion in the
     # one pass that adds eps / s and divides by s: no pass of its own for
     # the cast, nor one for the addition. (ONNX has no addcdiv; a captured
@@ -88,25 +89,27 @@ def _focus(x: torch.Tensor, s: torch.Tensor, p: float, dims: Dims):
     r = torch.linalg.vector_norm(a, dim=dims, keepdim=True)
     f = a**p
     t = torch.linalg.vector_norm(f, dim=dims, keepdim=True)
-    return f * (r / t), a, r, t
+    ratio = r / t
+    return f * ratio, a, ratio, t
 
 
 class FocusedFeatures(torch.autograd.Function):
     """:func:`focused_features` with its gradient in closed form.
 
     With ``a = (ReLU(x) + eps) / s``, ``f = a^p``, ``r = |a|``, ``t = |f|``
-    (norms over channels) and ``y = f r / t``, for an upstream ``g`` and
-    ``c = f . g / t`` per token::
+    (norms over channels) and ``y = f u`` with ``u = r / t``, for an
+    upstream ``g`` and ``w = f . g / t^2`` per token::
 
-        dL/df = r/t (g - c f / t)
-        dL/da = p a^(p-1) dL/df + c / r a
-        dL/dx = dL/da / s where x > 0,   dL/ds = -sum(dL/da a) / s
+        dL/df = u (g - w f)
+        dL/da = p a^(p-1) dL/df + w / u a
+        dL/dx = dL/da / s where x > 0,   dL/ds = -sum(dL/da a / s)
 
     grouped so that no factor leaves fp32's range where a token is all
-    ``eps`` (``t`` ~ eps^p: ``r / t^3`` would overflow, ``r / t`` does
-    not). ``apply(x, s, p, dims)`` returns the features, then ``a`` and the two
-    norms (not differentiable, never given a gradient), which it saves
-    with the input; ``f`` is recomputed.
+    ``eps`` (``t`` ~ eps^p: ``t^2`` may underflow and ``r / t^3``
+    overflow; ``f . g / t / t`` and ``r / t`` do not). ``apply(x, s, p,
+    dims)`` returns the features, then ``a``, ``u`` and ``t`` (not
+    differentiable, never given a gradient), which it saves with the
+    input; ``f`` is recomputed.
     """
 
     @staticmethod
@@ -118,29 +121,31 @@ class FocusedFeatures(torch.autograd.Function):
         # (Not in forward: the backward ops differentiate the eager
         # composition with torch.func, which needs the split.)
         x, s, ctx.p, ctx.dims = inputs
-        _, a, r, t = output
-        ctx.mark_non_differentiable(a, r, t)
-        # No zero maps for the gradients of a, r and t, which are None.
+        _, a, ratio, t = output
+        ctx.mark_non_differentiable(a, ratio, t)
+        # No zero maps for the gradients of a, u and t, which are None.
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, s, a, r, t)
+        ctx.save_for_backward(x, s, a, ratio, t)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor, *_):
-        x, s, a, r, t = ctx.saved_tensors
+        x, s, a, u, t = ctx.saved_tensors
         if g is None:
             return None, None, None, None
         p = ctx.p
         h = a**(p - 1)
         f = h * a
-        c = (f * g).sum(dim=ctx.dims, keepdim=True) / t
-        grad_f = torch.addcmul(g, f, c / t, value=-1) * (r / t)
-        grad_a = torch.addcmul(a * (c / r), h, grad_f, value=p)
+        w = (f * g).sum(dim=ctx.dims, keepdim=True) / t / t
+        grad_f = torch.addcmul(g, f, w, value=-1) * u
+        grad_a = torch.addcmul(a * (w / u), h, grad_f, value=p)
         grad_x = grad_s = None
         grad = grad_a / s
         if ctx.needs_input_grad[0]:
-            # The ReLU's gradient, one pass (where(x > 0, ...) is three).
-            grad_x = torch.ops.aten.threshold_backward(grad, x,
-                                                       0).to(x.dtype)
+            # The ReLU's gradient written straight in the input's dtype:
+            # one pass (where(x > 0, ...) is three, a cast after it one
+            # more).
+            grad_x = torch.ops.aten.threshold_backward.grad_input(
+                grad, x, 0, grad_input=torch.empty_like(x))
         if ctx.needs_input_grad[1]:
             grad_s = -(grad * a).sum_to_size(s.shape)
         return grad_x, grad_s, None, None

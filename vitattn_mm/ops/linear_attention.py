@@ -22,20 +22,13 @@ from torch.utils.flop_counter import register_flop_formula
 
 from ..models.layers.common import (full_precision, merge_heads,
                                     nlc_to_nchw, split_heads)
+from . import focusing
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
-from .focusing import focused_pair
+from .linear_products import (JoinedLinearAttention,
+                              normalised_linear_attention, with_ones)
 
 # ------------------------------------------------------------------ eager
-
-
-def _with_ones(v: torch.Tensor) -> torch.Tensor:
-    """``(..., d)`` values with a column of ones, in fp32 at least: a
-    product of the keys with them gives ``k^T v`` and the keys' sum
-    together. One copy, which casts (cat promotes), and whose gradient is
-    a view (a pad's is a copy)."""
-    ones = torch.ones(1, device=v.device).expand(*v.shape[:-1], 1)
-    return torch.cat([v, ones], dim=-1)
 
 
 def focused_linear_attention_eager(
@@ -68,30 +61,21 @@ def focused_linear_attention_eager(
     if pos is not None:
         k = k + pos
     dtype = values.dtype
+    # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
+    # (v / sqrt(n)) with the 1 / n folded into z: in fp32 nothing
+    # overflows, and two scalings of whole key and value maps (and their
+    # gradients) are passes saved.
+    eps = k.shape[1] * 1e-6
+    v = split_heads(values, num_heads)
     with full_precision(q):
-        q, k = focused_pair(q, k, s, focusing_factor, num_heads)
-        # The state [k^T v, sum(k)]: one product with the queries gives
-        # q (k^T v) and the normaliser q . sum(k) together (a product of
-        # its own reads the queries again, and its gradient adds a map to
-        # theirs).
-        v = split_heads(values, num_heads)
-        if v.dtype == torch.float32:
-            state = torch.cat([k.transpose(-2, -1) @ v,
-                               k.sum(dim=-2).unsqueeze(-1)], dim=-1)
+        if focusing.joins_queries_and_keys(q):
+            features = focusing.focused_joint(q, k, s, focusing_factor,
+                                              num_heads)
+            out = JoinedLinearAttention.apply(features, v, N, eps)[0]
         else:
-            # The values' cast to fp32 copies them anyway: with a column
-            # of ones in that copy the keys' product gives their sum
-            # (and its gradient adds nothing to theirs).
-            state = k.transpose(-2, -1) @ _with_ones(v)
-        # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
-        # (v / sqrt(n)) with the 1 / n folded into z: in fp32 nothing
-        # overflows, and two scalings of whole key and value maps (and
-        # their gradients) are passes saved.
-        n = k.shape[-2]
-        out, denominator = (q @ state).split([v.shape[-1], 1], dim=-1)
-        # A product, not a division: the division's gradient is five
-        # passes over the output, the product's three.
-        out = out * torch.reciprocal(denominator + n * 1e-6)
+            q, k = focusing.focused_pair(q, k, s, focusing_factor,
+                                         num_heads)
+            out = normalised_linear_attention(q, k, v, eps)
     out = merge_heads(out, dtype)
     if dwc_map is None:
         dwc_map = nlc_to_nchw(values, hw)
@@ -134,7 +118,7 @@ def relu_linear_attention_eager(qkv: torch.Tensor,
             torch.float32, memory_format=torch.contiguous_format).unbind(0)
         # The values with a column of ones: one product gives q (k^T v)
         # and the normaliser q . sum(k) together; T scales the first only.
-        v = _with_ones(v.squeeze(2).transpose(1, 2))
+        v = with_ones(v.squeeze(2).transpose(1, 2))
         out, denominator = (q @ (k.transpose(-2, -1) @ v)).split(
             [v.shape[-1] - 1, 1], dim=-1)
         # A product: a division's gradient is five passes over the output.
