@@ -451,7 +451,8 @@ def test_relu_linear_attention_casts_and_scales_in_few_passes():
     device): one ReLU and one cast for queries and keys together, the
     values cast with their column of ones in one copy (no pad, whose
     gradient is a copy), the output scaled by a product (no division's
-    gradient over it) and cast back token-major in one copy."""
+    gradient over it) and cast back token-major in one copy, the
+    products' gradients written into one tensor each."""
     from vitattn_mm.ops import relu_linear_attention_eager
     qkv = torch.empty(2, 3136, 192, device='meta', dtype=torch.bfloat16,
                       requires_grad=True)
@@ -468,6 +469,11 @@ def test_relu_linear_attention_casts_and_scales_in_few_passes():
     values = 2 * 3136 * 64 * 4  # one of q, k, v in fp32
     assert not [r for r in recorder.ops if r.nbytes >= values and
                 r.name in ('aten::div.Tensor', 'aten::clone')]
+    # The products write their gradients into one tensor each: no stack
+    # of the queries' and keys', no concatenation but the projection's.
+    backward = names(recorder.ops, 'backward')
+    assert 'aten::stack' not in backward
+    assert backward.count('aten::cat') == 1
 
 
 def test_diagonality_terms_take_one_row_maximum_and_one_tie_mask():

@@ -663,15 +663,18 @@ def test_focusing_routes_agree(keys):
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize('l2vit', [False, True])
 @pytest.mark.parametrize('values_dtype', [torch.float64, torch.float32,
                                           torch.bfloat16])
 @pytest.mark.parametrize('queries, keys', [(30, 30), (63, 20)])
 def test_joined_linear_attention_gradient_is_autograds(values_dtype, queries,
-                                                       keys):
+                                                       keys, l2vit):
     """JoinedLinearAttention (queries and keys joined, its gradient
     written out into one tensor per product) against autograd through
     the plain products: the values' column of ones (fp64, bf16) and the
-    keys' sum (fp32 values), as many keys as queries or fewer."""
+    keys' sum (fp32 values), as many keys as queries or fewer; FLatten's
+    normaliser and L2ViT's (a per-head temperature, a floor that about
+    half of the tokens' normalisers are under, one temperature 0)."""
     from vitattn_mm.ops.linear_products import (JoinedLinearAttention,
                                                  normalised_linear_attention)
     torch.manual_seed(0)
@@ -682,11 +685,22 @@ def test_joined_linear_attention_gradient_is_autograds(values_dtype, queries,
     v = torch.randn(2, keys, 24, dtype=values_dtype).unflatten(
         -1, (3, 8)).transpose(1, 2).detach().requires_grad_()
     g = torch.randn(2, 3, queries, 8, dtype=dtype)
-    out = JoinedLinearAttention.apply(features, v, queries, 1e-4)[0]
-    got = torch.autograd.grad(out, (features, v), g)
     q, k = features.split([queries, keys], dim=-2)
-    reference = normalised_linear_attention(q, k, v, 1e-4)
-    want = torch.autograd.grad(reference, (features, v), g)
+    inputs = [features, v]
+    if l2vit:
+        temperature = torch.tensor([[[0.5]], [[0.]], [[2.]]], dtype=dtype,
+                                   requires_grad=True)
+        inputs.append(temperature)
+        floor = (q @ k.sum(-2, keepdim=True).transpose(-2, -1)).median()
+        out = JoinedLinearAttention.apply(features, v, queries, 0.,
+                                          temperature, floor.item())[0]
+        reference = normalised_linear_attention(q, k, v, 0., temperature,
+                                                floor.item())
+    else:
+        out = JoinedLinearAttention.apply(features, v, queries, 1e-4)[0]
+        reference = normalised_linear_attention(q, k, v, 1e-4)
+    got = torch.autograd.grad(out, inputs, g)
+    want = torch.autograd.grad(reference, inputs, g)
     tol = dict(rtol=1e-12, atol=1e-14) if dtype == torch.float64 else \
         dict(rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out, reference, **tol)

@@ -25,8 +25,8 @@ from ..models.layers.common import (full_precision, merge_heads,
 from . import focusing
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
-from .linear_products import (JoinedLinearAttention,
-                              normalised_linear_attention, with_ones)
+from .linear_products import (joined_linear_attention,
+                              normalised_linear_attention)
 
 # ------------------------------------------------------------------ eager
 
@@ -71,7 +71,7 @@ def focused_linear_attention_eager(
         if focusing.joins_queries_and_keys(q):
             features = focusing.focused_joint(q, k, s, focusing_factor,
                                               num_heads)
-            out = JoinedLinearAttention.apply(features, v, N, eps)[0]
+            out = joined_linear_attention(features, v, N, eps)
         else:
             q, k = focusing.focused_pair(q, k, s, focusing_factor,
                                          num_heads)
@@ -113,17 +113,13 @@ def relu_linear_attention_eager(qkv: torch.Tensor,
         [2, 1], dim=2)
     with full_precision(qkv):
         # ReLU of queries and keys together in the input's dtype (exact),
-        # then one copy casts them and writes them head-major.
-        q, k = F.relu(qk).permute(2, 0, 3, 1, 4).to(
-            torch.float32, memory_format=torch.contiguous_format).unbind(0)
-        # The values with a column of ones: one product gives q (k^T v)
-        # and the normaliser q . sum(k) together; T scales the first only.
-        v = with_ones(v.squeeze(2).transpose(1, 2))
-        out, denominator = (q @ (k.transpose(-2, -1) @ v)).split(
-            [v.shape[-1] - 1, 1], dim=-1)
-        # A product: a division's gradient is five passes over the output.
-        out = out * (temperature.float() /
-                     denominator.clamp(min=denominator_min))
+        # then one copy casts them and writes them head-major, joined
+        # along the tokens as the products read them.
+        features = F.relu(qk).permute(0, 3, 2, 1, 4).to(
+            torch.float32, memory_format=torch.contiguous_format)
+        out = joined_linear_attention(
+            features.flatten(2, 3), v.squeeze(2).transpose(1, 2), N, 0.,
+            temperature, denominator_min)
     return merge_heads(out, dtype)
 
 

@@ -2,7 +2,11 @@
 ``[k^T v, sum(k)]`` and the normalised output, and for queries and keys
 joined along the tokens (FLatten's GPU route) the same with its gradient
 written out."""
+from typing import Optional
+
 import torch
+
+from ..models.layers.size_aware import capturing
 
 
 def with_ones(v: torch.Tensor) -> torch.Tensor:
@@ -32,69 +36,121 @@ def linear_state(k: torch.Tensor, v: torch.Tensor):
 
 
 def normalised_linear_attention(q: torch.Tensor, k: torch.Tensor,
-                                v: torch.Tensor, eps: float) -> torch.Tensor:
+                                v: torch.Tensor, eps: float,
+                                temperature: Optional[torch.Tensor] = None,
+                                floor: Optional[float] = None
+                                ) -> torch.Tensor:
     """``q (k^T v) / (q . sum(k) + eps)`` per head of fp32 ``(B, heads,
     N, d)`` queries, ``(B, heads, n, d)`` keys and values (any float
-    dtype): fp32 ``(B, heads, N, d)``."""
-    out, denominator = (q @ linear_state(k, v)[0]).split([v.shape[-1], 1], -1)
+    dtype): fp32 ``(B, heads, N, d)``; given a ``temperature`` (``(heads,
+    1, 1)``) and a ``floor``, L2ViT's ``T q (k^T v) / max(q . sum(k),
+    floor)``. Plain ops, for autograd to walk back."""
+    out, denominator = (q @ linear_state(k, v)[0]).split([v.shape[-1], 1],
+                                                         -1)
     # A product, not a division: the division's gradient is five passes
     # over the output, the product's three.
-    return out * torch.reciprocal(denominator + eps)
+    if temperature is None:
+        return out * torch.reciprocal(denominator + eps)
+    return out * (temperature / denominator.clamp(min=floor))
+
+
+def joined_linear_attention(features: torch.Tensor, v: torch.Tensor,
+                            num_queries: int, eps: float,
+                            temperature: Optional[torch.Tensor] = None,
+                            floor: Optional[float] = None) -> torch.Tensor:
+    """:func:`normalised_linear_attention` of queries and keys joined
+    along the tokens (``(B, heads, N + n, d)``, the first ``num_queries``
+    the queries): eagerly :class:`JoinedLinearAttention`, its gradient
+    written out; while a graph is captured the plain ops (a compiler
+    fuses them; an ONNX graph has no backward)."""
+    if capturing():
+        q, k = features.split(
+            [num_queries, features.shape[-2] - num_queries], dim=-2)
+        return normalised_linear_attention(q, k, v, eps, temperature, floor)
+    return JoinedLinearAttention.apply(features, v, num_queries, eps,
+                                       temperature, floor)[0]
 
 
 class JoinedLinearAttention(torch.autograd.Function):
     """:func:`normalised_linear_attention` of queries and keys joined
     along the tokens, ``(B, heads, N + n, d)`` fp32 features (the first
-    ``num_queries`` the queries), with its gradient written out.
+    ``num_queries`` the queries), FLatten's or (given a ``temperature``
+    and a ``floor``) L2ViT's, with its gradient written out.
 
-    With the state ``S = [k^T v, sum(k)]``, ``P = q S = [o, m]`` and the
-    output ``y = o / (m + eps)``, for an upstream ``g``::
+    With the state ``S = [k^T v, sum(k)]``, ``P = q S = [o, m]``, the
+    output ``y = o c`` with ``c = 1 / (m + eps)`` (or ``T / max(m,
+    floor)``), for an upstream ``g``::
 
-        dP = [g / (m + eps), -(g / (m + eps)) . y],
+        dP = [g c, -(g . y) / (m + eps)]   (or -(g . o) c / m, 0 at the
+                                            floor; dT = sum (g . o) / m)
         dq = dP S^T,   dS = q^T dP,   dk = [v, 1] dS^T,   dv = k dS
 
     (``dv`` the first d columns). Autograd writes each of ``dP`` and the
     features' gradient in two parts and concatenates them (a pass over
-    each); here the products write into one tensor each, and the
-    division needs no reciprocal. ``apply(features, v, num_queries,
-    eps)`` returns the output, then the state, ``m + eps`` and the values
-    the state read where they are a copy (not differentiable; saved).
+    each); here the products write into one tensor each, and FLatten's
+    division needs no reciprocal. ``apply(features, v, num_queries, eps,
+    temperature, floor)`` returns the output, then the state, the
+    denominator, the values the state read where they are a copy, and
+    with a temperature ``P`` (not differentiable; saved).
     """
 
     @staticmethod
     def forward(features: torch.Tensor, v: torch.Tensor, num_queries: int,
-                eps: float):
+                eps: float, temperature: Optional[torch.Tensor] = None,
+                floor: Optional[float] = None):
         q, k = features.split(
             [num_queries, features.shape[-2] - num_queries], dim=-2)
         state, values = linear_state(k, v)
         product = q @ state
-        denominator = product[..., -1:] + eps
-        return (product[..., :-1] / denominator, state, denominator,
-                None if values is v else values)
+        values = None if values is v else values
+        if temperature is None:
+            denominator = product[..., -1:] + eps
+            return (product[..., :-1] / denominator, state, denominator,
+                    values, None)
+        denominator = product[..., -1:].clamp(min=floor)
+        return (product[..., :-1] * (temperature / denominator), state,
+                denominator, values, product)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        features, v, ctx.num_queries, _ = inputs
-        out, state, denominator, values = output
-        ctx.mark_non_differentiable(state, denominator,
-                                    *(() if values is None else (values, )))
+        features, v, ctx.num_queries, _, temperature, ctx.floor = inputs
+        out, state, denominator, values, product = output
+        ctx.mark_non_differentiable(
+            *(t for t in output[1:] if t is not None))
         ctx.set_materialize_grads(False)
         ctx.values_dtype = v.dtype
-        ctx.save_for_backward(features, v if values is None else values,
-                              state, denominator, out)
+        # y, or with a temperature o (y / T, where T may be 0).
+        ctx.save_for_backward(
+            features, v if values is None else values, state, denominator,
+            out if temperature is None else product[..., :-1], temperature)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, *_):
-        features, values, state, denominator, out = ctx.saved_tensors
+        features, values, state, denominator, out, temperature = \
+            ctx.saved_tensors
         if grad is None:
-            return None, None, None, None
+            return None, None, None, None, None, None
         N = ctx.num_queries
         d = state.shape[-2]
         grad_product = torch.empty(*out.shape[:-1], d + 1,
                                    dtype=out.dtype, device=out.device)
-        grad_out = torch.div(grad, denominator, out=grad_product[..., :-1])
-        torch.neg((grad_out * out).sum(-1, keepdim=True),
-                  out=grad_product[..., -1:])
+        grad_temperature = None
+        if temperature is None:
+            grad_out = torch.div(grad, denominator,
+                                 out=grad_product[..., :-1])
+            torch.neg((grad_out * out).sum(-1, keepdim=True),
+                      out=grad_product[..., -1:])
+        else:
+            scale = temperature / denominator
+            torch.mul(grad, scale, out=grad_product[..., :-1])
+            # (g . o) / max(m, floor) per token: T's gradient summed, and
+            # times -c the normaliser's, which the clamp stops at the
+            # floor.
+            ratio = (grad * out).sum(-1, keepdim=True) / denominator
+            grad_temperature = ratio.sum((0, 2)).view(
+                temperature.shape).to(temperature.dtype)
+            torch.mul(ratio, scale, out=grad_product[..., -1:]).masked_fill_(
+                denominator <= ctx.floor, 0.).neg_()
         # Batched matrices as (B * heads, rows, columns) views, so that
         # each product writes its part of one gradient.
         rows, cols = features.flatten(0, 1), grad_product.flatten(0, 1)
@@ -111,4 +167,5 @@ class JoinedLinearAttention(torch.autograd.Function):
                           out=both[:, N:])
         grad_v = rows[:, N:] @ grad_state[:, :, :-1]
         grad_v = grad_v.view(*features.shape[:2], *grad_v.shape[1:])
-        return (grad_features, grad_v.to(ctx.values_dtype), None, None)
+        return (grad_features, grad_v.to(ctx.values_dtype), None, None,
+                grad_temperature, None)
