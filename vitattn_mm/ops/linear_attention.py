@@ -119,7 +119,7 @@ def relu_linear_attention_eager(qkv: torch.Tensor,
             torch.float32, memory_format=torch.contiguous_format)
         out = joined_linear_attention(
             features.flatten(2, 3), v.squeeze(2).transpose(1, 2), N, 0.,
-            temperature, denominator_min)
+            temperature.float(), denominator_min)
     return merge_heads(out, dtype)
 
 
