@@ -229,10 +229,11 @@ class StepRecorder(TorchDispatchMode):
         nbytes = sum(map(tensor_bytes, _tensors(out)))
         if func not in FILLS:
             # An out= argument is written (counted with the output), not
-            # read.
+            # read; nor is the tensor copy_ overwrites.
             written = {a.name for a in func._schema.arguments if a.is_out}
             read = {k: v for k, v in kwargs.items() if k not in written}
-            nbytes += sum(map(tensor_bytes, _tensors((args, read))))
+            sources = args[1:] if func is aten.copy_.default else args
+            nbytes += sum(map(tensor_bytes, _tensors((sources, read))))
         self.ops.append(OpRecord(str(func.name()), int(flops), int(nbytes),
                                  self.phase))
         return out

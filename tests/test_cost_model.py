@@ -74,14 +74,16 @@ def test_a_fill_only_writes():
 
 
 def test_an_out_argument_is_only_written():
-    """``torch.div(a, b, out=c)`` reads a and b and writes c; an in-place
-    op reads and writes its tensor."""
+    """``torch.div(a, b, out=c)`` reads a and b and writes c, as
+    ``c.copy_(a)`` reads a and writes c; an in-place op reads and writes
+    its tensor."""
     x = torch.empty(4, 1000, device='meta')
     half = torch.empty(4, 1000, device='meta', dtype=torch.bfloat16)
     with cm.StepRecorder() as recorder:
         torch.div(x, x, out=half)
+        half.copy_(x)
         x.mul_(2)
-    assert [r.nbytes for r in recorder.ops] == [40000, 32000]
+    assert [r.nbytes for r in recorder.ops] == [40000, 24000, 32000]
 
 
 def test_depthwise_conv_weight_gradient_costs_its_forward():
