@@ -709,6 +709,33 @@ def test_joined_linear_attention_gradient_is_autograds(values_dtype, queries,
         torch.testing.assert_close(a, b, **tol)
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_relu_linear_attention_gradient_is_autograds(monkeypatch, dtype):
+    """L2ViT's eager attention (ReluLinearAttention: the ReLU, the joined
+    cast and the products with their gradient written out into the
+    projection's) against autograd through the plain ops a captured graph
+    runs: output and the gradients of qkv and the temperature, an odd
+    token count, three heads, a floor about half of the normalisers are
+    under, one temperature 0, negative inputs (the ReLU's zeros)."""
+    from vitattn_mm.ops import linear_attention
+    torch.manual_seed(0)
+    qkv = torch.randn(2, 37, 3 * 24).to(dtype)
+    temperature = torch.tensor([[[0.5]], [[0.]], [[2.]]])
+    g = torch.randn(2, 37, 24).to(dtype)
+    results = []
+    for captured in (False, True):
+        monkeypatch.setattr(linear_attention, 'capturing', lambda: captured)
+        inputs = [qkv.clone().requires_grad_(),
+                  temperature.clone().requires_grad_()]
+        out = relu_linear_attention_eager(*inputs, 3, 40.)
+        results.append((out, *torch.autograd.grad(out, inputs, g)))
+    for got, expected in zip(*results):
+        assert got.dtype == expected.dtype
+        error = (got.float() - expected.float()).norm() / \
+            expected.float().norm()
+        assert error <= (1e-6 if dtype == torch.float32 else 1e-3), error
+
+
 def test_score_conv_routes_agree(monkeypatch):
     """The eager score convs head by head (the CPU's route) and every
     head at once (a GPU's): the same maps and gradients."""

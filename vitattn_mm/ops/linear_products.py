@@ -71,6 +71,69 @@ def joined_linear_attention(features: torch.Tensor, v: torch.Tensor,
                                        temperature, floor)[0]
 
 
+def _products(features: torch.Tensor, v: torch.Tensor, num_queries: int,
+              eps: float, temperature: Optional[torch.Tensor],
+              floor: Optional[float]):
+    """:class:`JoinedLinearAttention`'s forward: the output, then the
+    state, the denominator, the values the state read where they are a
+    copy (else None) and, with a temperature, ``P``."""
+    q, k = features.split([num_queries, features.shape[-2] - num_queries],
+                          dim=-2)
+    state, values = linear_state(k, v)
+    product = q @ state
+    values = None if values is v else values
+    if temperature is None:
+        denominator = product[..., -1:] + eps
+        return (product[..., :-1] / denominator, state, denominator, values,
+                None)
+    denominator = product[..., -1:].clamp(min=floor)
+    return (product[..., :-1] * (temperature / denominator), state,
+            denominator, values, product)
+
+
+def _products_backward(grad, features, values, state, denominator, out,
+                       temperature, num_queries: int, floor):
+    """:class:`JoinedLinearAttention`'s backward (``out``: the output, or
+    with a temperature ``o``): the features' gradient, the values' (fp32,
+    ``(B, heads, n, d)``) and the temperature's (None without)."""
+    N = num_queries
+    d = state.shape[-2]
+    grad_product = torch.empty(*out.shape[:-1], d + 1, dtype=out.dtype,
+                               device=out.device)
+    grad_temperature = None
+    if temperature is None:
+        grad_out = torch.div(grad, denominator, out=grad_product[..., :-1])
+        torch.neg((grad_out * out).sum(-1, keepdim=True),
+                  out=grad_product[..., -1:])
+    else:
+        scale = temperature / denominator
+        torch.mul(grad, scale, out=grad_product[..., :-1])
+        # (g . o) / max(m, floor) per token: T's gradient summed, and
+        # times -c the normaliser's, which the clamp stops at the floor.
+        ratio = (grad * out).sum(-1, keepdim=True) / denominator
+        grad_temperature = ratio.sum((0, 2)).view(temperature.shape).to(
+            temperature.dtype)
+        torch.mul(ratio, scale, out=grad_product[..., -1:]).masked_fill_(
+            denominator <= floor, 0.).neg_()
+    # Batched matrices as (B * heads, rows, columns) views, so that each
+    # product writes its part of one gradient.
+    rows, cols = features.flatten(0, 1), grad_product.flatten(0, 1)
+    state, values = state.flatten(0, 1), values.flatten(0, 1)
+    grad_features = torch.empty_like(features)
+    both = grad_features.flatten(0, 1)
+    torch.bmm(cols, state.transpose(1, 2), out=both[:, :N])
+    grad_state = rows[:, :N].transpose(1, 2) @ cols
+    if values.shape[-1] > d:  # [v, 1]: the ones give the keys' sum
+        torch.bmm(values, grad_state.transpose(1, 2), out=both[:, N:])
+    else:
+        torch.baddbmm(grad_state[:, :, -1:].transpose(1, 2), values,
+                      grad_state[:, :, :-1].transpose(1, 2), out=both[:, N:])
+    grad_v = rows[:, N:] @ grad_state[:, :, :-1]
+    return (grad_features,
+            grad_v.view(*features.shape[:2], *grad_v.shape[1:]),
+            grad_temperature)
+
+
 class JoinedLinearAttention(torch.autograd.Function):
     """:func:`normalised_linear_attention` of queries and keys joined
     along the tokens, ``(B, heads, N + n, d)`` fp32 features (the first
@@ -98,18 +161,7 @@ class JoinedLinearAttention(torch.autograd.Function):
     def forward(features: torch.Tensor, v: torch.Tensor, num_queries: int,
                 eps: float, temperature: Optional[torch.Tensor] = None,
                 floor: Optional[float] = None):
-        q, k = features.split(
-            [num_queries, features.shape[-2] - num_queries], dim=-2)
-        state, values = linear_state(k, v)
-        product = q @ state
-        values = None if values is v else values
-        if temperature is None:
-            denominator = product[..., -1:] + eps
-            return (product[..., :-1] / denominator, state, denominator,
-                    values, None)
-        denominator = product[..., -1:].clamp(min=floor)
-        return (product[..., :-1] * (temperature / denominator), state,
-                denominator, values, product)
+        return _products(features, v, num_queries, eps, temperature, floor)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -126,46 +178,70 @@ class JoinedLinearAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, *_):
-        features, values, state, denominator, out, temperature = \
-            ctx.saved_tensors
         if grad is None:
             return None, None, None, None, None, None
-        N = ctx.num_queries
-        d = state.shape[-2]
-        grad_product = torch.empty(*out.shape[:-1], d + 1,
-                                   dtype=out.dtype, device=out.device)
-        grad_temperature = None
-        if temperature is None:
-            grad_out = torch.div(grad, denominator,
-                                 out=grad_product[..., :-1])
-            torch.neg((grad_out * out).sum(-1, keepdim=True),
-                      out=grad_product[..., -1:])
-        else:
-            scale = temperature / denominator
-            torch.mul(grad, scale, out=grad_product[..., :-1])
-            # (g . o) / max(m, floor) per token: T's gradient summed, and
-            # times -c the normaliser's, which the clamp stops at the
-            # floor.
-            ratio = (grad * out).sum(-1, keepdim=True) / denominator
-            grad_temperature = ratio.sum((0, 2)).view(
-                temperature.shape).to(temperature.dtype)
-            torch.mul(ratio, scale, out=grad_product[..., -1:]).masked_fill_(
-                denominator <= ctx.floor, 0.).neg_()
-        # Batched matrices as (B * heads, rows, columns) views, so that
-        # each product writes its part of one gradient.
-        rows, cols = features.flatten(0, 1), grad_product.flatten(0, 1)
-        state, values = state.flatten(0, 1), values.flatten(0, 1)
-        grad_features = torch.empty_like(features)
-        both = grad_features.flatten(0, 1)
-        torch.bmm(cols, state.transpose(1, 2), out=both[:, :N])
-        grad_state = rows[:, :N].transpose(1, 2) @ cols
-        if values.shape[-1] > d:  # [v, 1]: the ones give the keys' sum
-            torch.bmm(values, grad_state.transpose(1, 2), out=both[:, N:])
-        else:
-            torch.baddbmm(grad_state[:, :, -1:].transpose(1, 2), values,
-                          grad_state[:, :, :-1].transpose(1, 2),
-                          out=both[:, N:])
-        grad_v = rows[:, N:] @ grad_state[:, :, :-1]
-        grad_v = grad_v.view(*features.shape[:2], *grad_v.shape[1:])
+        grad_features, grad_v, grad_temperature = _products_backward(
+            grad, *ctx.saved_tensors, ctx.num_queries, ctx.floor)
         return (grad_features, grad_v.to(ctx.values_dtype), None, None,
                 grad_temperature, None)
+
+
+class ReluLinearAttention(torch.autograd.Function):
+    """L2ViT's linear attention from the packed ``(B, N, 3C)``
+    projection: ``relu`` of queries and keys, cast to fp32 head-major
+    joined along the tokens in one copy, then :class:`JoinedLinearAttention`'s
+    products; its gradient written out into the projection's in two
+    passes (the ReLU's gradient, cast, into the queries' and keys' part;
+    the values' cast into theirs), where autograd cast, masked, cast and
+    concatenated.
+
+    ``apply(qkv, temperature, num_heads, floor)`` returns the fp32 ``(B,
+    heads, N, d)`` output, then what it saves (not differentiable).
+    """
+
+    @staticmethod
+    def forward(qkv: torch.Tensor, temperature: torch.Tensor,
+                num_heads: int, floor: float):
+        B, N, width = qkv.shape
+        parts = qkv.reshape(B, N, 3, num_heads, width // 3 // num_heads)
+        # ReLU in the input's dtype (exact), then one copy casts and
+        # writes queries and keys head-major, joined along the tokens.
+        positive = torch.relu(parts[:, :, :2])
+        features = positive.permute(0, 3, 2, 1, 4).to(
+            torch.float32, memory_format=torch.contiguous_format).flatten(
+                2, 3)
+        v = parts[:, :, 2].transpose(1, 2)
+        out, *rest = _products(features, v, N, 0., temperature, floor)
+        return (out, positive, features, *rest)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        qkv, temperature, ctx.num_heads, ctx.floor = inputs
+        _, positive, features, state, denominator, values, product = output
+        ctx.mark_non_differentiable(
+            *(t for t in output[1:] if t is not None))
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(qkv, positive, features, values, state,
+                              denominator, product, temperature)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, *_):
+        if grad is None:
+            return None, None, None, None
+        qkv, positive, features, values, state, denominator, product, \
+            temperature = ctx.saved_tensors
+        B, N, width = qkv.shape
+        if values is None:  # fp32 values, read where they are
+            values = qkv.reshape(B, N, 3, ctx.num_heads,
+                                 -1)[:, :, 2].transpose(1, 2)
+        grad_features, grad_v, grad_temperature = _products_backward(
+            grad, features, values, state, denominator, product[..., :-1],
+            temperature, N, ctx.floor)
+        grad_qkv = torch.empty(B, N, 3, *positive.shape[-2:],
+                               dtype=qkv.dtype, device=qkv.device)
+        torch.ops.aten.threshold_backward.grad_input(
+            grad_features.view(B, positive.shape[-2], 2, N,
+                               -1).permute(0, 3, 2, 1, 4), positive, 0,
+            grad_input=grad_qkv[:, :, :2])
+        grad_qkv[:, :, 2] = grad_v.transpose(1, 2)
+        return grad_qkv.view(B, N, width), grad_temperature, None, None
