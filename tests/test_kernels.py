@@ -680,8 +680,9 @@ def test_joined_linear_attention_gradient_is_autograds(values_dtype, queries,
     torch.manual_seed(0)
     dtype = torch.float64 if values_dtype == torch.float64 else \
         torch.float32
-    features = torch.rand(2, 3, queries + keys, 8, dtype=dtype,
-                          requires_grad=True)
+    # Not contiguous: the gradient is written into a tensor of its own.
+    features = torch.rand(2, queries + keys, 3, 8, dtype=dtype).transpose(
+        1, 2).requires_grad_()
     v = torch.randn(2, keys, 24, dtype=values_dtype).unflatten(
         -1, (3, 8)).transpose(1, 2).detach().requires_grad_()
     g = torch.randn(2, 3, queries, 8, dtype=dtype)
@@ -706,7 +707,10 @@ def test_joined_linear_attention_gradient_is_autograds(values_dtype, queries,
     torch.testing.assert_close(out, reference, **tol)
     for a, b in zip(got, want):
         assert a.dtype == b.dtype
-        torch.testing.assert_close(a, b, **tol)
+        if a.dtype == torch.bfloat16:  # both rounded once: an ulp apart
+            torch.testing.assert_close(a, b)
+        else:
+            torch.testing.assert_close(a, b, **tol)
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])

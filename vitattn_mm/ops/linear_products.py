@@ -119,7 +119,10 @@ def _products_backward(grad, features, values, state, denominator, out,
     # product writes its part of one gradient.
     rows, cols = features.flatten(0, 1), grad_product.flatten(0, 1)
     state, values = state.flatten(0, 1), values.flatten(0, 1)
-    grad_features = torch.empty_like(features)
+    # Contiguous, whatever the features' strides: the products write
+    # into views of it.
+    grad_features = torch.empty(features.shape, dtype=features.dtype,
+                                device=features.device)
     both = grad_features.flatten(0, 1)
     torch.bmm(cols, state.transpose(1, 2), out=both[:, :N])
     grad_state = rows[:, :N].transpose(1, 2) @ cols
