@@ -1,7 +1,9 @@
 """The products of the linear attentions' eager compositions: the state
-``[k^T v, sum(k)]`` and the normalised output, and for queries and keys
-joined along the tokens (FLatten's GPU route) the same with its gradient
-written out."""
+``[k^T v, sum(k)]`` and the normalised output as plain ops (what a
+captured graph runs), and as autograd functions with their gradient
+written out for queries and keys joined along the tokens
+(:class:`JoinedLinearAttention`: FLatten's GPU route) and for L2ViT's
+whole attention from its projection (:class:`ReluLinearAttention`)."""
 from typing import Optional
 
 import torch
