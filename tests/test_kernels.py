@@ -721,14 +721,14 @@ def test_relu_linear_attention_gradient_is_autograds(monkeypatch, dtype):
     runs: output and the gradients of qkv and the temperature, an odd
     token count, three heads, a floor about half of the normalisers are
     under, one temperature 0, negative inputs (the ReLU's zeros)."""
-    from vitattn_mm.ops import linear_attention
+    from vitattn_mm.ops import linear_products
     torch.manual_seed(0)
     qkv = torch.randn(2, 37, 3 * 24).to(dtype)
     temperature = torch.tensor([[[0.5]], [[0.]], [[2.]]])
     g = torch.randn(2, 37, 24).to(dtype)
     results = []
     for captured in (False, True):
-        monkeypatch.setattr(linear_attention, 'capturing', lambda: captured)
+        monkeypatch.setattr(linear_products, 'capturing', lambda: captured)
         inputs = [qkv.clone().requires_grad_(),
                   temperature.clone().requires_grad_()]
         out = relu_linear_attention_eager(*inputs, 3, 40.)

@@ -25,9 +25,9 @@ from ..models.layers.common import (full_precision, merge_heads,
 from . import focusing
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
-from ..models.layers.size_aware import capturing
-from .linear_products import (ReluLinearAttention, joined_linear_attention,
-                              normalised_linear_attention)
+from .linear_products import (joined_linear_attention,
+                              normalised_linear_attention,
+                              relu_linear_attention)
 
 # ------------------------------------------------------------------ eager
 
@@ -107,23 +107,10 @@ def relu_linear_attention_eager(qkv: torch.Tensor,
     Returns:
         Tensor: ``(B, N, C)``, the dtype of ``qkv``.
     """
-    B, N, C3 = qkv.shape
-    dtype = qkv.dtype
     with full_precision(qkv):
-        if not capturing():
-            out = ReluLinearAttention.apply(qkv, temperature.float(),
-                                            num_heads, denominator_min)[0]
-        else:  # the plain ops (a compiler fuses them)
-            # split, not slices: the gradient is one concatenation.
-            qk, v = qkv.reshape(B, N, 3, num_heads,
-                                C3 // 3 // num_heads).split([2, 1], dim=2)
-            q, k = F.relu(qk).permute(2, 0, 3, 1, 4).to(
-                torch.float32,
-                memory_format=torch.contiguous_format).unbind(0)
-            out = normalised_linear_attention(
-                q, k, v.squeeze(2).transpose(1, 2), 0., temperature.float(),
-                denominator_min)
-    return merge_heads(out, dtype)
+        out = relu_linear_attention(qkv, temperature.float(), num_heads,
+                                    denominator_min)
+    return merge_heads(out, qkv.dtype)
 
 
 # ---------------------------------------------------------------- kernels

@@ -191,6 +191,37 @@ class JoinedLinearAttention(torch.autograd.Function):
                 grad_temperature, None)
 
 
+def relu_linear_attention(qkv: torch.Tensor, temperature: torch.Tensor,
+                          num_heads: int, floor: float) -> torch.Tensor:
+    """L2ViT's ``T relu(q) (relu(k)^T v) / max(relu(q) . sum relu(k),
+    floor)`` from the packed ``(B, N, 3C)`` projection: fp32 ``(B, heads,
+    N, d)``. Eagerly :class:`ReluLinearAttention`, its gradient written
+    out; while a graph is captured the plain ops."""
+    if capturing():
+        _, features, v = _relu_joined(qkv, num_heads)
+        return joined_linear_attention(features, v, qkv.shape[1], 0.,
+                                       temperature, floor)
+    return ReluLinearAttention.apply(qkv, temperature, num_heads, floor)[0]
+
+
+def _parts(qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """The packed projection as ``(B, N, 3, heads, d)``."""
+    B, N, width = qkv.shape
+    return qkv.reshape(B, N, 3, num_heads, width // 3 // num_heads)
+
+
+def _relu_joined(qkv: torch.Tensor, num_heads: int):
+    """``relu`` of queries and keys in the input's dtype (exact; ``(B, N,
+    2, heads, d)``), the same cast to fp32 and written head-major, joined
+    along the tokens, in one copy (``(B, heads, 2N, d)``), and the values'
+    ``(B, heads, N, d)`` view."""
+    qk, v = _parts(qkv, num_heads).split([2, 1], dim=2)
+    positive = torch.relu(qk)
+    features = positive.permute(0, 3, 2, 1, 4).to(
+        torch.float32, memory_format=torch.contiguous_format).flatten(2, 3)
+    return positive, features, v.squeeze(2).transpose(1, 2)
+
+
 class ReluLinearAttention(torch.autograd.Function):
     """L2ViT's linear attention from the packed ``(B, N, 3C)``
     projection: ``relu`` of queries and keys, cast to fp32 head-major
@@ -207,16 +238,9 @@ class ReluLinearAttention(torch.autograd.Function):
     @staticmethod
     def forward(qkv: torch.Tensor, temperature: torch.Tensor,
                 num_heads: int, floor: float):
-        B, N, width = qkv.shape
-        parts = qkv.reshape(B, N, 3, num_heads, width // 3 // num_heads)
-        # ReLU in the input's dtype (exact), then one copy casts and
-        # writes queries and keys head-major, joined along the tokens.
-        positive = torch.relu(parts[:, :, :2])
-        features = positive.permute(0, 3, 2, 1, 4).to(
-            torch.float32, memory_format=torch.contiguous_format).flatten(
-                2, 3)
-        v = parts[:, :, 2].transpose(1, 2)
-        out, *rest = _products(features, v, N, 0., temperature, floor)
+        positive, features, v = _relu_joined(qkv, num_heads)
+        out, *rest = _products(features, v, qkv.shape[1], 0., temperature,
+                               floor)
         return (out, positive, features, *rest)
 
     @staticmethod
@@ -237,8 +261,7 @@ class ReluLinearAttention(torch.autograd.Function):
             temperature = ctx.saved_tensors
         B, N, width = qkv.shape
         if values is None:  # fp32 values, read where they are
-            values = qkv.reshape(B, N, 3, ctx.num_heads,
-                                 -1)[:, :, 2].transpose(1, 2)
+            values = _parts(qkv, ctx.num_heads)[:, :, 2].transpose(1, 2)
         grad_features, grad_v, grad_temperature = _products_backward(
             grad, features, values, state, denominator, product[..., :-1],
             temperature, N, ctx.floor)
