@@ -15,6 +15,7 @@ from vitattn_mm.models.attentions.less_attention import \
     ConvAttentionTransform
 from vitattn_mm.models.backbones.base_backbone import StagedBackbone
 from vitattn_mm.models.layers import CornerPadding, size_aware
+from vitattn_mm.ops import score_conv
 from vitattn_mm.registry import ATTENTIONS
 
 pytest.importorskip('onnxruntime')
@@ -103,9 +104,11 @@ def test_backbones_build_their_padding_capture_ready():
 
 
 def test_lavit_transform_captured_route_equals_eager(monkeypatch):
-    """The LA transform's depthwise convs over token counts take their
-    static route while a graph is captured (``token_depthwise_conv``): the
-    same result as eagerly, with trained-like (non-identity) weights."""
+    """The LA transform's convs over token counts take their static route
+    while a graph is captured (every head at once, each conv a 3-D one
+    over a view of the map: ``token_depthwise_conv``; the head mix a
+    batched product): the same result as eagerly on the CPU (head by
+    head, 2-D convs), with trained-like (non-identity) weights."""
     torch.manual_seed(0)
     transform = ConvAttentionTransform(num_heads=3, kernel_size=3)
     for p in transform.parameters():
@@ -113,7 +116,8 @@ def test_lavit_transform_captured_route_equals_eager(monkeypatch):
     query_hw, key_hw = (5, 7), (3, 4)
     logits = torch.randn(2, 3, 35, 12)
     expected = transform(logits, query_hw, key_hw)
-    monkeypatch.setattr(size_aware, 'capturing', lambda: True)
+    for module in (size_aware, score_conv):
+        monkeypatch.setattr(module, 'capturing', lambda: True)
     got = transform(logits, query_hw, key_hw)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 

@@ -22,31 +22,40 @@ def capturing() -> bool:
     return torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
 
 
-def token_depthwise_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def token_depthwise_conv(x: torch.Tensor, weight: torch.Tensor,
+                         maps_last: bool = False) -> torch.Tensor:
     """Convolve each head's maps with the head's ``k x k`` kernel, where the
     maps are as many as a token count (Less-Attention's score maps: one
     image of the key grid per query, of the query grid per key).
 
     Args:
-        x (Tensor): ``(B, heads, T, H, W)``: ``T`` maps per head.
+        x (Tensor): ``(B, heads, T, H, W)``: ``T`` maps per head; with
+            ``maps_last``, ``(B, heads, H, W, T)``.
         weight (Tensor): ``(heads, 1, k, k)``; zero padding ``k // 2``.
+        maps_last (bool): Whether the maps are the last dimension (a
+            head's ``(N_q, N_k)`` scores as ``N_k`` images of the query
+            grid, read in place). Default: False.
 
     Returns:
-        Tensor: ``(B, heads, T, H, W)``.
+        Tensor: ``x``'s shape.
 
-    Eagerly one depthwise conv whose channels are every head's maps, the
-    head's kernel repeated over them (a view of it for one head, whose
-    maps may be channels-last): the fastest conv on the CPU (3-6x the
-    others measured). A graph cannot take a group count that follows the
-    input size (ONNX's is an attribute, and ``torch.compile`` would
-    recompile per size), so while one is captured the maps are the depth
-    of a 3-D conv grouped by head, with the same static ``1 x k x k``
-    kernels: the same result.
+    On the CPU, maps first, one depthwise conv whose channels are every
+    head's maps, the head's kernel repeated over them (a view of it for
+    one head, whose maps may be channels-last): the CPU's fastest conv
+    (3-6x the others measured). Elsewhere, and while a graph is captured,
+    the maps are a depth of a 3-D conv grouped by head with the static
+    ``1 x k x k`` (``k x k x 1`` maps last) kernels: the same result, in
+    the layout ``x`` has (no transposes, no repeated kernel), and no group
+    count that follows the input size (ONNX's is an attribute, and
+    ``torch.compile`` would recompile per size).
     """
     pad = weight.shape[-1] // 2
-    if capturing():
-        return F.conv3d(x, weight[:, :, None], padding=(0, pad, pad),
-                        groups=weight.shape[0])
+    if maps_last or x.device.type != 'cpu' or capturing():
+        if maps_last:
+            weight, padding = weight[..., None], (pad, pad, 0)
+        else:
+            weight, padding = weight[:, :, None], (0, pad, pad)
+        return F.conv3d(x, weight, padding=padding, groups=weight.shape[0])
     B, heads, maps, H, W = x.shape
     k = weight.shape[-1]
     per_map = weight[:, None].expand(heads, maps, 1, k, k).reshape(
