@@ -440,9 +440,14 @@ def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch(
     assert not [r for r in recorder.ops if r.name == 'aten::clone'
                 and r.phase == 'forward' and r.nbytes >= 2 * features]
     backward = names(recorder.ops, 'backward')
-    # The focusing gradient's own four (one over the features) and the
+    # The focusing gradient's own four (two over the features) and the
     # output's one, straight into the product's gradient.
     assert backward.count('aten::div.Tensor') == 4
+    # The focusing gradient from the features the products keep: no power
+    # recomputed; three products (y . g, b a, the scale's) and the
+    # products' one.
+    assert 'aten::pow.Tensor_Scalar' not in backward
+    assert backward.count('aten::mul.Tensor') == 4
     assert backward.count('aten::div.out') == 1
     # The one of the projection's keys and values (chunk's gradient).
     assert backward.count('aten::cat') == 1

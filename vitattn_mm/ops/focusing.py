@@ -77,8 +77,8 @@ def focused_features_ops(x: torch.Tensor, s: torch.Tensor,
 
 
 def _focus(x: torch.Tensor, s: torch.Tensor, p: float, dims: Dims):
-    """The features, ``a = (ReLU(x) + eps) / s``, the ratio ``r / t`` of
-    the norms of ``a`` and ``a^p`` over the channel ``dims``, and ``t``."""
+    """The features ``y``, ``a = (ReLU(x) + eps) / s`` and ``r``, the norm
+    of ``a`` over the channel ``dims``."""
     # ReLU in the input's dtype (exact), then fp32 by promotion in the
     # one pass that adds eps / s and divides by s: no pass of its own for
     # the cast, nor one for the addition. (ONNX has no addcdiv; a captured
@@ -88,9 +88,7 @@ def _focus(x: torch.Tensor, s: torch.Tensor, p: float, dims: Dims):
         torch.addcdiv(eps / s, F.relu(x), s)
     r = torch.linalg.vector_norm(a, dim=dims, keepdim=True)
     f = a**p
-    t = torch.linalg.vector_norm(f, dim=dims, keepdim=True)
-    ratio = r / t
-    return f * ratio, a, ratio, t
+    return f * (r / torch.linalg.vector_norm(f, dim=dims, keepdim=True)), a, r
 
 
 class FocusedFeatures(torch.autograd.Function):
@@ -104,12 +102,14 @@ class FocusedFeatures(torch.autograd.Function):
         dL/da = p a^(p-1) dL/df + w / u a
         dL/dx = dL/da / s where x > 0,   dL/ds = -sum(dL/da a / s)
 
-    grouped so that no factor leaves fp32's range where a token is all
-    ``eps`` (``t`` ~ eps^p: ``t^2`` may underflow and ``r / t^3``
-    overflow; ``f . g / t / t`` and ``r / t`` do not). ``apply(x, s, p,
-    dims)`` returns the features, then ``a``, ``u`` and ``t`` (not
-    differentiable, never given a gradient), which it saves with the
-    input; ``f`` is recomputed.
+    written in ``y``, which the products keep anyway: with ``b = w / u =
+    (y . g) / r^2`` and ``u a^(p-1) = y / a``, ``dL/da = p (y / a) (g -
+    b y) + b a``: neither ``a^(p-1)`` nor ``f`` is recomputed, nor ``u``
+    applied (four passes over the features fewer), and no factor leaves
+    fp32's range where a token is all ``eps`` (``r`` ~ eps, where ``t`` ~
+    eps^p: ``t^2`` may underflow). ``apply(x, s, p, dims)`` returns ``y``,
+    then ``a`` and ``r`` (not differentiable, never given a gradient),
+    which it saves with the input and ``y``.
     """
 
     @staticmethod
@@ -121,23 +121,20 @@ class FocusedFeatures(torch.autograd.Function):
         # (Not in forward: the backward ops differentiate the eager
         # composition with torch.func, which needs the split.)
         x, s, ctx.p, ctx.dims = inputs
-        _, a, ratio, t = output
-        ctx.mark_non_differentiable(a, ratio, t)
-        # No zero maps for the gradients of a, u and t, which are None.
+        y, a, r = output
+        ctx.mark_non_differentiable(a, r)
+        # No zero maps for the gradients of a and r, which are None.
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, s, a, ratio, t)
+        ctx.save_for_backward(x, s, a, r, y)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor, *_):
-        x, s, a, u, t = ctx.saved_tensors
+        x, s, a, r, y = ctx.saved_tensors
         if g is None:
             return None, None, None, None
-        p = ctx.p
-        h = a**(p - 1)
-        f = h * a
-        w = (f * g).sum(dim=ctx.dims, keepdim=True) / t / t
-        grad_f = torch.addcmul(g, f, w, value=-1) * u
-        grad_a = torch.addcmul(a * (w / u), h, grad_f, value=p)
+        b = (y * g).sum(dim=ctx.dims, keepdim=True) / r / r
+        grad_a = torch.addcmul(a * b, y / a,
+                               torch.addcmul(g, y, b, value=-1), value=ctx.p)
         grad_x = grad_s = None
         grad = grad_a / s
         if ctx.needs_input_grad[0]:
