@@ -506,3 +506,35 @@ def test_diagonality_terms_take_one_row_maximum_and_one_tie_mask():
     assert 'aten::clamp_min' not in forward
     assert backward.count('aten::eq.Tensor') == 1
     assert backward.count('aten::div.Tensor') == 3
+
+
+def test_mean_shift_logit_term_is_written_once():
+    """MSF's eager attention in shifted windows (a GPU's bf16 step on the
+    meta device): the key-norm term, Swin's bias and the mask are summed
+    into one tensor as large as the logits, written once in bf16 with the
+    rows the fused kernel reads in place (no add of that size, no cast,
+    no padded copy, nor their gradients); the keys' gradient is one
+    product (no division by the norm, no mask of its zeros)."""
+    from vitattn_mm.ops import mean_shift_attention_eager
+    windows, heads, N = 24, 3, 49
+    qkv = torch.empty(2 * windows, N, 4 * 96, device='meta',
+                      dtype=torch.bfloat16, requires_grad=True)
+    bias = torch.empty(heads, N, N, device='meta', requires_grad=True)
+    mask = torch.empty(windows, N, N, device='meta')
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        out = mean_shift_attention_eager(qkv, bias, mask, heads, 32**-0.5,
+                                         True)
+        recorder.phase = 'backward'
+        out.float().mean().backward()
+    # Bytes of the term in fp32 (the per-image sum of bias and mask is
+    # half as large at batch 2, and in the skeleton's step too).
+    term = 2 * windows * heads * N * N * 4
+    forward = [r for r in recorder.ops if r.phase == 'forward']
+    assert [r.name for r in forward].count('aten::add.out') == 1
+    assert not [r for r in forward if r.name in (
+        'aten::add.Tensor', 'aten::_to_copy') and r.nbytes >= term]
+    every = names(recorder.ops)
+    for name in ('aten::constant_pad_nd', 'aten::slice_backward',
+                 'aten::masked_fill_.Scalar', 'aten::div.Tensor'):
+        assert name not in every, name

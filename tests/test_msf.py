@@ -493,3 +493,58 @@ def test_converter_output_loads_strictly_into_the_classifier():
     classifier.load_state_dict(converted, strict=True)
     with pytest.raises(ValueError, match='not an official'):
         load_converter().convert({'blocks.0.attn.qkv.weight': None})
+
+
+@pytest.mark.parametrize('dtype', [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize('case', ['shift_mask', 'boolean_mask', 'bias_only',
+                                  'global'])
+def test_logit_term_written_once_is_the_plain_sum(case, dtype, monkeypatch):
+    """Eagerly the key-norm term, Swin's bias and the windows' mask are
+    written as one tensor with its gradients in closed form
+    (``MeanShiftLogitTerm``); a captured graph adds them as plain ops.
+    Same attention and gradients (of the projection and the bias), also
+    with a boolean mask and without bias or mask; bf16 as autocast gives
+    it (bf16 projection, fp32 bias)."""
+    from vitattn_mm.ops import mean_shift_attention as msa
+    torch.manual_seed(0)
+    windows, heads, N, d = 3, 2, 10, 8
+    qkv = torch.randn(2 * windows, N, 4 * heads * d, dtype=dtype) * 2
+    bias = torch.randn(heads, N, N, dtype=torch.float64 if dtype ==
+                       torch.float64 else torch.float32)
+    mask = {'shift_mask': torch.randn(windows, N, N).to(bias.dtype) * 10,
+            'boolean_mask': torch.rand(windows, N, N) > 0.3}.get(case)
+    if case == 'boolean_mask':
+        mask[..., 0] = True  # every query sees a key
+    if case == 'global':
+        bias = None
+    inputs = [t.requires_grad_() for t in (qkv, bias) if t is not None]
+    g = torch.randn(2 * windows, N, heads * d, dtype=dtype)
+    results = []
+    for captured in (False, True):
+        monkeypatch.setattr(msa, 'capturing', lambda: captured)
+        out = msa.mean_shift_attention_eager(qkv, bias, mask, heads,
+                                             d**-0.5, True)
+        results.append((out, *torch.autograd.grad(out, inputs, g)))
+    for got, want in zip(*results):
+        assert got.dtype == want.dtype
+        error = (got.double() - want.double()).norm() / want.double().norm()
+        assert error <= (1e-12 if dtype == torch.float64 else 5e-3), error
+
+
+def test_logit_term_rows_are_aligned_for_the_fused_kernel():
+    """Off the CPU the term's rows start ``MASK_ALIGNMENT`` elements apart
+    (the fused SDPA kernel reads it in place, no padded copy), in the
+    projection's dtype; the values are the fp32 sum rounded once."""
+    from vitattn_mm.models.layers.size_aware import MASK_ALIGNMENT
+    from vitattn_mm.ops.mean_shift_attention import (MeanShiftLogitTerm,
+                                                     key_norm_logits)
+    torch.manual_seed(0)
+    k = torch.randn(6, 2, 10, 8, dtype=torch.bfloat16)
+    term = torch.randn(3, 2, 10, 10)
+    out = MeanShiftLogitTerm.apply(k, term, 0.3, 3, torch.bfloat16,
+                                   MASK_ALIGNMENT)
+    assert out.shape == (6, 2, 10, 10) and out.dtype == torch.bfloat16
+    assert out.stride(-2) % MASK_ALIGNMENT == 0
+    want = (term + key_norm_logits(k, 0.3).unflatten(0, (2, 3))).flatten(
+        0, 1)
+    assert torch.equal(out, want.to(torch.bfloat16))

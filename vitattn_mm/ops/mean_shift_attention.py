@@ -18,6 +18,7 @@ from torch.utils.flop_counter import (register_flop_formula,
                                       sdpa_backward_flop_count,
                                       sdpa_flop_count)
 
+from ..models.layers.size_aware import MASK_ALIGNMENT, capturing
 from .backend import interpreting, kernels_run_on
 from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
 
@@ -43,6 +44,88 @@ def key_norm_logits(k: torch.Tensor, scale: float) -> torch.Tensor:
     norm reads bf16 keys and accumulates in fp32 in one kernel."""
     norm = torch.linalg.vector_norm(k, dim=-1)
     return norm.square().unsqueeze(-2) * (-0.5 * scale)
+
+
+def mean_shift_logit_term(
+        k: torch.Tensor, scale: float, bias: Optional[torch.Tensor],
+        mask: Optional[torch.Tensor], dtype: torch.dtype
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The additive term of mean-shift logits and the mask still to add:
+    the key term (:func:`key_norm_logits`) plus ``bias`` and ``mask`` as
+    :func:`~vitattn_mm.models.attentions.functional.softmax_attention`
+    takes them.
+
+    The key term differs per window and the bias or mask per query, so
+    their sum is as large as the logits. Eagerly it is written once, in
+    ``dtype`` and with rows as the fused SDPA kernel reads them in place
+    (:class:`MeanShiftLogitTerm`: autograd added the key term, then the
+    mask, cast and padded the sum, and walked each pass back), and the
+    mask is in it (None returned). A captured graph takes the plain sum.
+    """
+    from ..models.attentions.functional import window_logit_bias
+    key = None if not capturing() else key_norm_logits(k, scale)
+    if key is not None:
+        return (key if bias is None else bias + key), mask
+    term = window_logit_bias(bias, mask, k.shape[0])
+    if term is not None and term.dtype == torch.bool:
+        term = torch.where(term, 0., float('-inf'))
+    windows = 1 if mask is None else mask.shape[0]
+    align = 1 if k.device.type == 'cpu' else MASK_ALIGNMENT
+    return MeanShiftLogitTerm.apply(k, term, scale, windows, dtype,
+                                    align), None
+
+
+class MeanShiftLogitTerm(torch.autograd.Function):
+    """``key_norm_logits(k, scale) + term`` for ``(B * windows, heads, N,
+    d)`` keys and a ``term`` broadcastable to ``(windows, heads, N, N)``
+    (or None), written in ``dtype`` (summed in fp32), its rows ``align``
+    elements apart: the sum in one pass, which the fused SDPA kernel
+    reads in place.
+
+    Backward: the term's gradient summed over the images in fp32, and the
+    keys' in closed form, ``dk = -s k sum_q(g)`` (autograd's through the
+    norm and its square divides by the norm, masks its zeros, scales and
+    casts back): each a pass over the gradient, one over the keys.
+    """
+
+    @staticmethod
+    def forward(k: torch.Tensor, term: Optional[torch.Tensor], scale: float,
+                windows: int, dtype: torch.dtype, align: int):
+        key = key_norm_logits(k, scale).unflatten(0, (-1, windows))
+        shape = key.shape if term is None else torch.broadcast_shapes(
+            term.shape, key.shape)
+        n = shape[-1]
+        out = key.new_empty(*shape[:-1], n + -n % align, dtype=dtype)
+        out = out[..., :n]
+        if term is None:
+            out.copy_(key)
+        else:
+            torch.add(term, key, out=out)
+        return out.flatten(0, 1)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        k, term, ctx.scale, ctx.windows, _, _ = inputs
+        ctx.term_shape = None if term is None else term.shape
+        ctx.save_for_backward(k)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        k, = ctx.saved_tensors
+        # Sums at least in fp32 (of a bf16 gradient), written so.
+        acc = torch.promote_types(g.dtype, torch.float32)
+        grad_term = None
+        if ctx.needs_input_grad[1]:
+            images = g.unflatten(0, (-1, ctx.windows))
+            lead = images.dim() - len(ctx.term_shape)
+            grad_term = images.sum(dim=tuple(range(lead)), dtype=acc)
+            grad_term = grad_term.sum_to_size(ctx.term_shape)
+        grad_k = None
+        if ctx.needs_input_grad[0]:
+            per_key = g.sum(-2, dtype=acc).unsqueeze(-1) * -ctx.scale
+            # Multiplied in fp32, written in the keys' dtype: one kernel.
+            grad_k = torch.mul(k, per_key, out=torch.empty_like(k))
+        return grad_k, grad_term, None, None, None, None
 
 
 def mean_shift_attention_eager(qkv: torch.Tensor,
@@ -78,8 +161,7 @@ def mean_shift_attention_eager(qkv: torch.Tensor,
     from ..models.attentions.functional import merge_heads, softmax_attention
     q, k, v, *probe = split_parts(qkv, num_heads, 4 if mean_shift else 3)
     if mean_shift:
-        key_bias = key_norm_logits(k, scale)
-        bias = key_bias if bias is None else bias + key_bias
+        bias, mask = mean_shift_logit_term(k, scale, bias, mask, q.dtype)
     out = softmax_attention(q, k, v, bias, mask, scale, dropout_p=dropout_p,
                             fused=fused)
     if mean_shift:
