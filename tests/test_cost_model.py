@@ -486,13 +486,14 @@ def test_relu_linear_attention_casts_and_scales_in_few_passes():
 
 
 def test_diagonality_terms_take_one_row_maximum_and_one_tie_mask():
-    """The eager DP-loss terms (a GPU's step on the meta device): the row
-    maximum follows from the off-diagonal one and the diagonal (one amax
-    over the map, not two) and the backward builds one tie mask (the
+    """The eager DP-loss terms (a GPU's step on the meta device): one
+    row maximum, of the map itself (the excess over the diagonal is the
+    maximum less the diagonal: no masked copy of the map, no
+    off-diagonal maximum), and the backward builds one tie mask (the
     ties of the row maximum are those of the off-diagonal one wherever
     they get a gradient), and its few per-row coefficients take few
-    launches: the excess is the row maximum less the diagonal (no clamp),
-    the tied entries' coefficient one expression, g P_ii / m^2."""
+    launches: no clamp, the tied entries' coefficient one expression,
+    g P_ii / m^2, over a tie count that is never 0."""
     from vitattn_mm.ops.diagonality_loss import diagonality_loss_eager
     logits = torch.empty(2, 3, 49, 49, device='meta', requires_grad=True)
     recorder = cm.StepRecorder()
@@ -503,7 +504,8 @@ def test_diagonality_terms_take_one_row_maximum_and_one_tie_mask():
     forward = names(recorder.ops, 'forward')
     backward = names(recorder.ops, 'backward')
     assert forward.count('aten::amax') == 1
-    assert 'aten::clamp_min' not in forward
+    assert 'aten::masked_fill.Scalar' not in forward
+    assert 'aten::clamp_min' not in names(recorder.ops)
     assert backward.count('aten::eq.Tensor') == 1
     assert backward.count('aten::div.Tensor') == 3
 

@@ -45,13 +45,11 @@ def diagonality_terms(probs: torch.Tensor) -> torch.Tensor:
 
 def diagonality_terms_ops(probs: torch.Tensor) -> torch.Tensor:
     """:func:`diagonality_terms` as plain ops, for autograd to walk back."""
-    return _terms(probs)[0]
+    return _terms(probs)
 
 
-def _terms(probs: torch.Tensor, through_autograd: bool = True):
-    """The loss, each row's off-diagonal maximum and each row's
-    maximum (``through_autograd``: ops whose gradients autograd gets
-    right at ties)."""
+def _terms(probs: torch.Tensor):
+    """The loss as ops whose gradients autograd gets right at ties."""
     diag = probs.diagonal(dim1=-2, dim2=-1)
     off_diag = probs.masked_fill(
         torch.eye(probs.shape[-1], dtype=torch.bool, device=probs.device), 0)
@@ -61,19 +59,20 @@ def _terms(probs: torch.Tensor, through_autograd: bool = True):
     # another pass over the map: where the two tie, the excess is 0 and
     # the maximum gets no gradient, so how maximum() splits it is moot.
     off_max = off_diag.amax(dim=-1)
-    row_max = torch.maximum(off_max, diag)
-    if through_autograd:
-        # clamp_min passes no gradient at an excess of exactly 0.
-        excess = (off_max - diag).clamp_min(0)
-    else:  # the same values, one op (DiagonalityTerms' own gradient)
-        excess = row_max - diag
-    # sum_ij |P_ij - P_ji| / 2 per row (one norm, where a row sum and a
-    # mean were two passes and two gradients) plus the rows' dominance,
-    # averaged over the rows at once.
+    # clamp_min passes no gradient at an excess of exactly 0.
+    excess = (off_max - diag).clamp_min(0)
+    return _loss(probs, excess, torch.maximum(off_max, diag))
+
+
+def _loss(probs: torch.Tensor, excess: torch.Tensor,
+          row_max: torch.Tensor) -> torch.Tensor:
+    """``sum_ij |P_ij - P_ji| / 2`` per row (one norm, where a row sum and
+    a mean were two passes and two gradients) plus the rows' dominance
+    ``excess / row_max``, averaged over the rows at once."""
     asymmetry = torch.linalg.vector_norm(probs - probs.transpose(-2, -1),
                                          ord=1)
     loss = torch.add((excess / row_max).sum(), asymmetry, alpha=0.5)
-    return loss / diag.numel(), off_max, row_max
+    return loss / row_max.numel()
 
 
 class DiagonalityTerms(torch.autograd.Function):
@@ -90,39 +89,44 @@ class DiagonalityTerms(torch.autograd.Function):
     the ties shared as ``amax``'s gradient shares them, and none through
     the clamp at ``e = 0``, as ``clamp_min``'s. The last two terms live
     only where ``e > 0``, and there ``m = o > P_ii``: the ties of ``m`` are
-    those of ``o``, off the diagonal, and one mask serves both.
-    ``apply(probs)`` returns the loss, then the off-diagonal and row maxima
-    (not differentiable), which it saves with the map.
+    those of ``o``, off the diagonal, and one mask serves both. Nor does
+    the forward need ``o``: ``max(e, 0) = m - P_ii`` (0 where the diagonal
+    is the maximum), so ``m`` is the one row maximum, of the map itself
+    (no masked copy of it). ``apply(probs)`` returns the loss, then the
+    row maxima (not differentiable), which it saves with the map.
     """
 
     @staticmethod
     def forward(probs: torch.Tensor):
-        return _terms(probs, through_autograd=False)
+        row_max = probs.amax(dim=-1)
+        excess = row_max - probs.diagonal(dim1=-2, dim2=-1)
+        return _loss(probs, excess, row_max), row_max
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         probs, = inputs
-        _, off_max, row_max = output
-        ctx.mark_non_differentiable(off_max, row_max)
+        _, row_max = output
+        ctx.mark_non_differentiable(row_max)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(probs, off_max, row_max)
+        ctx.save_for_backward(probs, row_max)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, *_):
-        probs, off_max, row_max = ctx.saved_tensors
+        probs, row_max = ctx.saved_tensors
         if grad is None:
             return None
         g = grad / probs[..., 0].numel()
         diag = probs.diagonal(dim1=-2, dim2=-1)
-        g_excess = (off_max > diag) * (g / row_max)
+        # e > 0 exactly where the row's maximum is off the diagonal.
+        g_excess = (row_max > diag) * (g / row_max)
         # Where the excess e = o - P_ii is positive, m = o and the excess
         # and the maximum together give o the coefficient
         # g / m - g e / m^2 = g P_ii / m^2, shared among its ties; there
         # no tie is on the diagonal and the count is the true one;
-        # elsewhere the coefficient is 0 (and the count may be 0: a 1x1
-        # map).
-        ties = probs == off_max[..., None]
-        tied = g_excess * diag / (row_max * ties.sum(-1).clamp_min(1))
+        # elsewhere the coefficient is 0 (and the count may include the
+        # diagonal).
+        ties = probs == row_max[..., None]
+        tied = g_excess * diag / (row_max * ties.sum(-1))
         dprobs = (probs - probs.transpose(-2, -1)).sign_().mul_(g)
         dprobs.addcmul_(ties, tied[..., None])
         dprobs.diagonal(dim1=-2, dim2=-1).sub_(g_excess)
