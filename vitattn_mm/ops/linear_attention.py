@@ -60,7 +60,10 @@ def focused_linear_attention_eager(
     B, N, C = q.shape
     k, values = kv.chunk(2, dim=-1)
     if pos is not None:
-        k = k + pos
+        # In the keys' dtype: an fp32 table would promote the keys, and
+        # with them the queries they are joined with and every pass to
+        # the focusing function's own fp32 (its first op), to fp32.
+        k = k + pos.to(k.dtype)
     dtype = values.dtype
     # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
     # (v / sqrt(n)) with the 1 / n folded into z: in fp32 nothing
