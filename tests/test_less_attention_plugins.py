@@ -210,6 +210,33 @@ def test_window_attention_residual_is_the_mean_window_pattern():
     torch.testing.assert_close(ar(state, (7, 7)), expected)
 
 
+def test_window_va_layer_adds_each_images_residual_to_its_windows():
+    """A stage's first VA layer in windows: the logit bias of window w of
+    image b is image b's attention residual plus the relative position
+    bias (images hold their windows consecutively), in the logits'
+    dtype under autocast."""
+    from vitattn_mm.models.attentions.less_attention import \
+        VanillaAttention
+    torch.manual_seed(0)
+    va = VanillaAttention(32, 2, window_size=(7, 7), keep_logits=True,
+                          residual=dict(type='window', in_heads=3,
+                                        layer_scale_init=0.5))
+    torch.nn.init.normal_(
+        va.relative_position_bias.relative_position_bias_table)
+    B, windows = 2, 4
+    state = LessAttentionState(torch.randn(B * windows, 3, 49, 49), (7, 7),
+                               (7, 7), windows=windows)
+    bias = va.logit_bias(state, (7, 7), B * windows)
+    residual = va.residual(state, (7, 7))
+    expected = residual.repeat_interleave(windows, 0) + \
+        va.relative_position_bias()
+    torch.testing.assert_close(bias, expected)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert va.logit_bias(state.replace(
+            logits=state.logits.bfloat16()), (7, 7),
+            B * windows).dtype == torch.bfloat16
+
+
 def test_swin_la_trains_la_transforms_and_attention_residual():
     """One training step's gradients reach every LA transform and every
     attention residual, through the outputs and the DP loss."""

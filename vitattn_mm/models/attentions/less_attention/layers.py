@@ -119,9 +119,17 @@ class VanillaAttention(SpatialReductionAttention):
         if self.residual is None or not state.has_scores:
             return bias
         residual = self.residual(state, tuple(hw_shape))
+        if bias is not None:
+            # In the logits' dtype (an fp32 bias would promote the sum, as
+            # large as the logits, and the logits cast it back).
+            bias = bias.to(residual.dtype)
         if residual.shape[0] != batch:  # one per image, in windows
-            residual = residual.repeat_interleave(
-                batch // residual.shape[0], dim=0)
+            # Each image's residual read once per window by the one pass
+            # that adds the bias (or copies it), not repeated first.
+            residual = residual[:, None].expand(
+                -1, batch // residual.shape[0], *residual.shape[1:])
+            return (residual if bias is None else residual + bias).flatten(
+                0, 1)
         return residual if bias is None else residual + bias
 
     def forward(self,
