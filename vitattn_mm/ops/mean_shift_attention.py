@@ -63,8 +63,8 @@ def mean_shift_logit_term(
     mask is in it (None returned). A captured graph takes the plain sum.
     """
     from ..models.attentions.functional import window_logit_bias
-    key = None if not capturing() else key_norm_logits(k, scale)
-    if key is not None:
+    if capturing():
+        key = key_norm_logits(k, scale)
         return (key if bias is None else bias + key), mask
     term = window_logit_bias(bias, mask, k.shape[0])
     if term is not None and term.dtype == torch.bool:
