@@ -44,12 +44,8 @@ def diagonality_terms(probs: torch.Tensor) -> torch.Tensor:
 
 
 def diagonality_terms_ops(probs: torch.Tensor) -> torch.Tensor:
-    """:func:`diagonality_terms` as plain ops, for autograd to walk back."""
-    return _terms(probs)
-
-
-def _terms(probs: torch.Tensor):
-    """The loss as ops whose gradients autograd gets right at ties."""
+    """:func:`diagonality_terms` as plain ops, for autograd to walk back
+    (ops whose gradients autograd gets right at ties)."""
     diag = probs.diagonal(dim1=-2, dim2=-1)
     off_diag = probs.masked_fill(
         torch.eye(probs.shape[-1], dtype=torch.bool, device=probs.device), 0)
