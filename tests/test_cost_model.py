@@ -375,6 +375,35 @@ def test_softmax_of_kept_logits_writes_no_fp32_map():
     assert softmax[0].nbytes == 2 * (2 * 2 * 3 * 40 * 40)
 
 
+
+def test_dp_loss_of_the_layers_map_computes_no_softmax():
+    """LaViT's DP loss given the bf16 map an LA layer's eager softmax
+    wrote, under autocast: no softmax of its own either way, no fp32 copy
+    of the map (the blocks' sum reads it in bf16 and writes the pooled
+    map in fp32; its gradient is one bf16 map written from the pooled
+    one)."""
+    from vitattn_mm.models.attentions.functional import masked_softmax
+    from vitattn_mm.models.attentions.less_attention.loss import \
+        diagonality_preserving_loss
+    logits, v = (torch.empty(*shape, device='meta', dtype=torch.bfloat16,
+                             requires_grad=True)
+                 for shape in ((2, 3, 96, 24), (2, 3, 24, 16)))
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            probs = masked_softmax(logits)
+            loss = (probs @ v).sum() + diagonality_preserving_loss(
+                logits, (8, 12), (4, 6), probs=probs)
+        recorder.phase = 'backward'
+        loss.backward()
+    ops = names(recorder.ops)
+    assert ops.count('aten::_softmax') == 1
+    assert ops.count('aten::_softmax_backward_data') == 1
+    bf16_map, pooled = 2 * (2 * 3 * 96 * 24), 4 * (2 * 3 * 24 * 24)
+    casts = [r for r in recorder.ops if r.name == 'aten::_to_copy']
+    assert casts and all(r.nbytes <= bf16_map + pooled for r in casts)
+    assert 'aten::promote_types' not in ops
+
 def test_attention_residual_writes_its_map_once_each_way():
     """LaViT's Attention Residual from a VA layer's factors, bf16 under
     autocast: forward, the normalised map (one product) and its head mix

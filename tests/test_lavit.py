@@ -477,6 +477,66 @@ def test_dp_loss_is_fp32_and_differentiable_under_bf16():
     assert logits.grad.abs().sum() > 0
 
 
+
+@pytest.mark.parametrize('query_hw, key_hw', [
+    ((8, 12), (4, 6)),  # bins of 2x2 queries (the blocks' sum)
+    ((5, 7), (3, 4)),   # uneven bins (the adaptive pooling)
+    ((6, 6), (6, 6)),   # square (LaViT's last stage)
+])
+def test_dp_loss_reads_the_probabilities_the_layer_wrote(query_hw, key_hw):
+    """Given the softmax an LA layer wrote, the DP loss reads it instead
+    of computing its own. fp32: the loss of the logits, value and
+    gradient. bf16 under autocast (the layer's bf16 map): in fp32, the
+    value within 1e-3 of the fp32 softmax of the same bf16 logits; the
+    gradient differs only where the rounded map ties entries that the
+    fp32 one orders (row maxima, |P_ij - P_ji|), logits closer than
+    their own bf16 spacing (docs/lavit.md)."""
+    from vitattn_mm.models.attentions.functional import masked_softmax
+    g = torch.Generator().manual_seed(1)
+    Nq, Nk = query_hw[0] * query_hw[1], key_hw[0] * key_hw[1]
+    logits = (torch.randn(2, 2, Nq, Nk, generator=g) * 2).requires_grad_()
+
+    def loss_and_grad(x, **probs):
+        loss = diagonality_preserving_loss(x, query_hw, key_hw, **probs)
+        return loss, torch.autograd.grad(loss, x)[0]
+
+    expected = loss_and_grad(logits)
+    got = loss_and_grad(logits, probs=logits.softmax(-1))
+    torch.testing.assert_close(got, expected)
+
+    x = logits.detach().bfloat16().requires_grad_()
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        reference, ref_grad = loss_and_grad(x)
+        probs = masked_softmax(x)
+        assert probs.dtype == torch.bfloat16
+        loss, grad = loss_and_grad(x, probs=probs)
+    assert loss.dtype == torch.float32 and grad.dtype == torch.bfloat16
+    assert abs(loss - reference) <= 1e-3 * reference
+    cosine = F.cosine_similarity(grad.double().flatten(),
+                                 ref_grad.double().flatten(), dim=0)
+    assert cosine > 0.95, cosine
+
+
+def test_la_layers_hand_their_softmax_to_the_dp_loss(monkeypatch):
+    """In a training pass each LA layer gives the DP loss the map its
+    eager softmax wrote (the loss computes no softmax of its own), and the
+    loss is the loss of its logits."""
+    from vitattn_mm.models.attentions.less_attention import state as module
+    calls = []
+    bounded = module.DP_LOSS_FORMS['bounded']
+
+    def spy(logits, query_hw, key_hw, attn_backend, probs):
+        calls.append((logits, probs))
+        return bounded(logits, query_hw, key_hw, attn_backend, probs)
+
+    monkeypatch.setitem(module.DP_LOSS_FORMS, 'bounded', spy)
+    torch.manual_seed(0)
+    model = LaViT(TINY).train()
+    model(torch.randn(1, 3, 64, 96))
+    assert len(calls) == 3
+    for logits, probs in calls:
+        torch.testing.assert_close(probs, logits.softmax(-1))
+
 # ------------------------------------------------- aux loss in training
 def test_backbone_keeps_dp_loss_only_while_training():
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ CPU path, the shape function serves ``torch.compile`` and the cost model,
 the kernels (:mod:`.triton_diagonality_loss`) run on CUDA and under
 ``TRITON_INTERPRET=1``.
 """
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -209,33 +209,46 @@ def pool_queries(maps: torch.Tensor, query_hw: Sequence[int],
                  key_hw: Sequence[int]) -> torch.Tensor:
     """``(B, heads, N_q, N_k)`` maps with their queries average-pooled
     (adaptively) from the query grid onto the key grid: ``(B, heads, N_k,
-    N_k)``, row i the mean of the rows of key cell i's queries.
+    N_k)`` in fp32 at least (maps of any float dtype), row i the mean of
+    the rows of key cell i's queries.
 
     Eagerly, where the key grid divides the query grid (every PVT stage of
     an input padded to 32, as mmdet pads detection batches), the bins are
-    equal blocks: one mean over each block's queries, in the maps' own
-    layout. The adaptive pooling, the general route (and the one a
+    equal blocks: one sum over each block's queries in the maps' own
+    layout, accumulated and written in fp32, divided by the block's size
+    on the pooled map (the gradient is then one pass over the maps, the
+    broadcast written in their dtype; a mean's divides the broadcast in
+    fp32 first). The adaptive pooling, the general route (and the one a
     captured graph takes), needs the maps transposed: a copy each way.
     """
     B, h, _, Nk = maps.shape
     (Hq, Wq), (Hk, Wk) = query_hw, key_hw
+    dtype = torch.float64 if maps.dtype == torch.float64 else torch.float32
     if not capturing() and Hq % Hk == 0 and Wq % Wk == 0:
         blocks = maps.view(B, h, Hk, Hq // Hk, Wk, Wq // Wk, Nk)
-        return blocks.mean((3, 5)).view(B, h, Nk, Nk)
-    columns = maps.transpose(-2, -1).reshape(B * h, Nk, *query_hw)
-    return F.adaptive_avg_pool2d(columns, tuple(key_hw)).reshape(
-        B, h, Nk, Nk).transpose(-2, -1)
+        sums = blocks.sum((3, 5), dtype=dtype).view(B, h, Nk, Nk)
+        return sums / (Hq // Hk * (Wq // Wk))
+    columns = maps.transpose(-2, -1).to(
+        dtype, memory_format=torch.contiguous_format)
+    return F.adaptive_avg_pool2d(columns.view(B * h, Nk, *query_hw),
+                                 tuple(key_hw)).reshape(
+                                     B, h, Nk, Nk).transpose(-2, -1)
 
 
 def pooled_diagonality_loss_eager(logits: torch.Tensor,
                                   query_hw: Sequence[int],
-                                  key_hw: Sequence[int]) -> torch.Tensor:
+                                  key_hw: Sequence[int],
+                                  probs: Optional[torch.Tensor] = None
+                                  ) -> torch.Tensor:
     """The bounded loss of ``(B, heads, N_q, N_k)`` logits whose softmax
     rows are average-pooled from the query grid onto the key grid (an
-    ``N_k x N_k`` map per head), eagerly (fp32)."""
+    ``N_k x N_k`` map per head), eagerly (fp32). Given ``probs``, the
+    softmax of the logits that the layer wrote (in its dtype, bf16 under
+    autocast), the pooling reads them instead of an fp32 softmax of the
+    logits computed again."""
     with full_precision(logits):
-        return diagonality_terms(pool_queries(logits.float().softmax(dim=-1),
-                                              query_hw, key_hw))
+        maps = logits.float().softmax(dim=-1) if probs is None else probs
+        return diagonality_terms(pool_queries(maps, query_hw, key_hw))
 
 
 def pooled_op_takes(query_hw: Sequence[int], key_hw: Sequence[int]) -> bool:

@@ -37,7 +37,13 @@ def softmax_apply_eager(logits: torch.Tensor,
     """
     # Imported here: the models import this package, not the other way.
     from ..models.attentions.functional import masked_softmax
-    probs = masked_softmax(logits, mask)
+    return apply_probabilities(masked_softmax(logits, mask), v, dropout_p)
+
+
+def apply_probabilities(probs: torch.Tensor, v: torch.Tensor,
+                        dropout_p: float = 0.) -> torch.Tensor:
+    """``dropout(probs) v``, in the dtype of ``v``: the eager
+    composition's product, for a caller that keeps the map."""
     if dropout_p:
         probs = F.dropout(probs, dropout_p)
     return probs.to(v.dtype) @ v

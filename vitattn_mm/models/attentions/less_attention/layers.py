@@ -12,38 +12,43 @@ every stage has the same key grid (ceil(H/32) x ceil(W/32); the reductions
 pad like the patch embeddings), so only the query grid changes between
 stages.
 """
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 
-from ....ops import (check_backend, softmax_apply_eager, softmax_apply_op,
+from ....ops import (apply_probabilities, check_backend, softmax_apply_op,
                      uses_fused_op)
 from ....registry import ATTENTIONS
 from ...layers.padding import grid_after_stride
 from ...layers.common import to_2tuple_int
 from ...layers.windows import RelativePositionBias
 from ..base import AttentionOutput, AttentionState, Grid, QueryAttention
-from ..functional import (attention_logits, softmax_attention,
-                          softmax_query, split_heads)
+from ..functional import (attention_logits, masked_softmax,
+                          softmax_attention, softmax_query, split_heads)
 from ..spatial_reduction import SpatialReduction, SpatialReductionAttention
 from .loss import DP_LOSS_FORMS
 from .plan import less_attention_layers
 from .residual import build_attention_residual
-from .state import as_less_attention_state
+from .state import DiagonalityMap, as_less_attention_state
 from .transforms import build_attention_transform
 
 
 def apply_softmax(logits: torch.Tensor, v: torch.Tensor,
                   mask: Optional[torch.Tensor], dropout_p: float,
-                  backend: str) -> torch.Tensor:
-    """``softmax(logits + mask) v``: the fused op (no probability map
-    stored) where ``backend`` chooses it, unless the attention weights are
-    dropped out or the mask is boolean (the op takes neither)."""
+                  backend: str
+                  ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``softmax(logits + mask) v``, and the probability map where one is
+    written: the fused op (no map stored; None) where ``backend`` chooses
+    it, unless the attention weights are dropped out or the mask is
+    boolean (the op takes neither); else the eager composition, whose map
+    (before dropout) the Diagonality-Preserving loss reads rather than
+    computing a softmax of the logits again."""
     fusable = not dropout_p and (mask is None or mask.is_floating_point())
     if fusable and uses_fused_op(backend, logits.device, v.dtype):
-        return softmax_apply_op(logits, v, mask)
-    return softmax_apply_eager(logits, v, mask, dropout_p)
+        return softmax_apply_op(logits, v, mask), None
+    probs = masked_softmax(logits, mask)
+    return apply_probabilities(probs, v, dropout_p), probs
 
 
 @ATTENTIONS.register_module()
@@ -144,7 +149,8 @@ class VanillaAttention(SpatialReductionAttention):
         if self.keep_logits is True:  # the map an LA layer transforms next
             # kept without the shift mask: an LA layer adds its own
             logits = attention_logits(q, k, bias, self.scale)
-            out = apply_softmax(logits, v, mask, dropout, self.attn_backend)
+            out, _ = apply_softmax(logits, v, mask, dropout,
+                                   self.attn_backend)
             kept = dict(logits=logits, factors=None)
         else:
             out = softmax_attention(q, k, v, bias, mask, self.scale,
@@ -275,15 +281,18 @@ class LessAttention(SpatialReduction):
         v_tokens, v_hw = self.reduce(x, hw_shape)
         v = split_heads(self.v(v_tokens), self.num_heads)
         logits = self.transform(state.scores(), tuple(hw_shape), v_hw)
-        out = apply_softmax(logits, v, mask,
-                            self.attn_drop if self.training else 0.,
-                            self.attn_backend)
+        out, probs = apply_softmax(logits, v, mask,
+                                   self.attn_drop if self.training else 0.,
+                                   self.attn_backend)
         maps = state.maps
         if self.dp_loss_weight > 0 and self.training and \
                 torch.is_grad_enabled():
-            maps = maps + ((logits, tuple(hw_shape), v_hw,
-                            self.dp_loss_weight, self.dp_loss_form,
-                            self.attn_backend), )
+            # The loss reads the map without the shift mask: a masked
+            # softmax's is not the one it measures.
+            maps = maps + (DiagonalityMap(
+                logits, tuple(hw_shape), v_hw, self.dp_loss_weight,
+                self.dp_loss_form, self.attn_backend,
+                probs if mask is None else None), )
         return self.output(out), state.replace(
             logits=logits, factors=None, query_hw=tuple(hw_shape),
             key_hw=v_hw, windows=1, maps=maps)

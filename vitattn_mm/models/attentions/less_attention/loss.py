@@ -1,5 +1,7 @@
 """The Diagonality-Preserving loss of Less-Attention maps (paper Eq. 8-10),
 in our bounded form and as the paper prints it."""
+from typing import Optional
+
 import torch
 
 from ....ops import (MAX_SIDE, diagonality_loss_op, diagonality_terms,
@@ -13,7 +15,9 @@ from ..base import Grid
 def diagonality_preserving_loss(logits: torch.Tensor,
                                 query_hw: Grid,
                                 key_hw: Grid,
-                                attn_backend: str = 'eager') -> torch.Tensor:
+                                attn_backend: str = 'eager',
+                                probs: Optional[torch.Tensor] = None
+                                ) -> torch.Tensor:
     """Diagonality-Preserving loss of one attention map (paper Eq. 8-9).
 
     Eq. 9 as printed sums raw logits and rewards a *smaller* diagonal; we
@@ -41,6 +45,11 @@ def diagonality_preserving_loss(logits: torch.Tensor,
             (LaViT) and larger square ones of up to 4096 keys
             (:func:`~vitattn_mm.ops.pooled_diagonality_loss_op`).
             Default: 'eager'.
+        probs (Tensor, optional): ``softmax(logits)`` as the layer wrote it
+            (its eager softmax; bf16 under bf16 autocast): the eager loss
+            reads it, pooled and measured in fp32, instead of an fp32
+            softmax of the logits of its own. The fused ops read the
+            logits. Default: None.
 
     Returns:
         Tensor: fp32 scalar, symmetry + diagonality terms.
@@ -54,15 +63,18 @@ def diagonality_preserving_loss(logits: torch.Tensor,
             return pooled_diagonality_loss_op(logits, list(query_hw),
                                               list(key_hw))
     if not square:
-        return pooled_diagonality_loss_eager(logits, query_hw, key_hw)
+        return pooled_diagonality_loss_eager(logits, query_hw, key_hw, probs)
     with full_precision(logits):
-        return diagonality_terms(logits.float().softmax(dim=-1))
+        return diagonality_terms(logits.float().softmax(dim=-1)
+                                 if probs is None else probs.float())
 
 
 def paper_diagonality_loss(logits: torch.Tensor,
                            query_hw: Grid,
                            key_hw: Grid,
-                           attn_backend: str = 'eager') -> torch.Tensor:
+                           attn_backend: str = 'eager',
+                           probs: Optional[torch.Tensor] = None
+                           ) -> torch.Tensor:
     """Diagonality-Preserving loss of one map as the paper prints it
     (Eq. 9), for reproducing the paper as written.
 
@@ -80,6 +92,8 @@ def paper_diagonality_loss(logits: torch.Tensor,
         key_hw (tuple[int, int]): Key grid (``N_k`` tokens).
         attn_backend (str): Taken for a uniform call; this form runs
             eagerly. Default: 'eager'.
+        probs (Tensor, optional): Taken for a uniform call; this form
+            reads the logits. Default: None.
 
     Returns:
         Tensor: fp32 scalar.

@@ -1,11 +1,27 @@
 """What Less-Attention layers pass from layer to layer and stage to stage."""
 import dataclasses
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
 from ..base import AttentionState, Grid
 from .loss import DP_LOSS_FORMS
+
+
+class DiagonalityMap(NamedTuple):
+    """An LA layer's map for the Diagonality-Preserving loss: its logits
+    and grids, the loss's ``weight`` and ``form`` (a key of
+    :data:`DP_LOSS_FORMS`), the layer's ``attn_backend`` (which may
+    compute the loss with a fused op) and the probabilities its eager
+    softmax wrote (None where none was, or where it read the shift mask
+    that the loss leaves out)."""
+    logits: torch.Tensor
+    query_hw: Grid
+    key_hw: Grid
+    weight: float
+    form: str
+    attn_backend: str
+    probs: Optional[torch.Tensor] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,11 +42,8 @@ class LessAttentionState(AttentionState):
         key_hw (tuple[int, int]): Their key grid.
         windows (int): Windows per image the logits are batched over (1
             outside windows; set by the window wrapper).
-        maps (tuple): ``(logits, query_hw, key_hw, weight, form,
-            attn_backend)`` of the LA layers of a training pass, for the
-            Diagonality-Preserving loss (``form``: a key of
-            :data:`DP_LOSS_FORMS`; ``attn_backend``: the layer's, which
-            may compute it with a fused op).
+        maps (tuple): The :class:`DiagonalityMap` of each LA layer of a
+            training pass, for the Diagonality-Preserving loss.
         factors (tuple, optional): A VA layer's logits, kept as ``(q *
             scale, k, bias)``: ``q @ k^T + bias``, the bias None, ``(heads,
             N_q, N_k)`` or one per batch entry ``(B, heads, N_q, N_k)``.
@@ -85,9 +98,11 @@ class LessAttentionState(AttentionState):
         if not self.maps:
             return {}
         terms = {form: [] for form in DP_LOSS_FORMS}
-        for logits, qhw, khw, weight, form, backend in self.maps:
-            terms[form].append(weight * DP_LOSS_FORMS[form](
-                logits, qhw, khw, attn_backend=backend))
+        for entry in self.maps:
+            m = DiagonalityMap(*entry)
+            terms[m.form].append(m.weight * DP_LOSS_FORMS[m.form](
+                m.logits, m.query_hw, m.key_hw, attn_backend=m.attn_backend,
+                probs=m.probs))
         total = sum(terms['paper'])
         if terms['bounded']:
             total = total + sum(terms['bounded']) / len(terms['bounded'])
