@@ -31,6 +31,20 @@ def record(fn, *shapes, dtype=None, grad=True):
     return recorder.ops
 
 
+def record_bf16(fn, *shapes):
+    """The ops of ``fn(*tensors)`` on bf16 tensors under bf16 autocast,
+    and of the backward of its output's sum, on the meta device."""
+    tensors = [torch.empty(*s, device='meta', dtype=torch.bfloat16,
+                           requires_grad=True) for s in shapes]
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out = fn(*tensors)
+        recorder.phase = 'backward'
+        out.sum().backward()
+    return recorder.ops
+
+
 def names(ops, phase=None):
     return [r.name for r in ops if phase in (None, r.phase)]
 
@@ -359,21 +373,13 @@ def test_softmax_of_kept_logits_writes_no_fp32_map():
     bf16 map each way, not an fp32 map with a cast on either side (and
     their gradients), as autocast would make of a plain softmax."""
     from vitattn_mm.ops import softmax_apply_eager
-    logits, v = (torch.empty(*shape, device='meta', dtype=torch.bfloat16,
-                             requires_grad=True)
-                 for shape in ((2, 3, 40, 40), (2, 3, 40, 16)))
-    recorder = cm.StepRecorder()
-    with recorder, cm.MetaAutocast():
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            out = softmax_apply_eager(logits, v, None)
-        recorder.phase = 'backward'
-        out.sum().backward()
-    assert 'aten::_to_copy' not in names(recorder.ops)
-    softmax = [r for r in recorder.ops if r.name == 'aten::_softmax']
+    ops = record_bf16(lambda logits, v: softmax_apply_eager(logits, v, None),
+                      (2, 3, 40, 40), (2, 3, 40, 16))
+    assert 'aten::_to_copy' not in names(ops)
+    softmax = [r for r in ops if r.name == 'aten::_softmax']
     assert len(softmax) == 1
     # read and written in bf16: 2 bytes an entry each way
     assert softmax[0].nbytes == 2 * (2 * 2 * 3 * 40 * 40)
-
 
 
 def test_dp_loss_of_the_layers_map_computes_no_softmax():
@@ -385,24 +391,19 @@ def test_dp_loss_of_the_layers_map_computes_no_softmax():
     from vitattn_mm.models.attentions.functional import masked_softmax
     from vitattn_mm.models.attentions.less_attention.loss import \
         diagonality_preserving_loss
-    logits, v = (torch.empty(*shape, device='meta', dtype=torch.bfloat16,
-                             requires_grad=True)
-                 for shape in ((2, 3, 96, 24), (2, 3, 24, 16)))
-    recorder = cm.StepRecorder()
-    with recorder, cm.MetaAutocast():
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            probs = masked_softmax(logits)
-            loss = (probs @ v).sum() + diagonality_preserving_loss(
-                logits, (8, 12), (4, 6), probs=probs)
-        recorder.phase = 'backward'
-        loss.backward()
-    ops = names(recorder.ops)
-    assert ops.count('aten::_softmax') == 1
-    assert ops.count('aten::_softmax_backward_data') == 1
+
+    def step(logits, v):
+        probs = masked_softmax(logits)
+        return (probs @ v).sum() + diagonality_preserving_loss(
+            logits, (8, 12), (4, 6), probs=probs)
+
+    ops = record_bf16(step, (2, 3, 96, 24), (2, 3, 24, 16))
+    assert names(ops).count('aten::_softmax') == 1
+    assert names(ops).count('aten::_softmax_backward_data') == 1
     bf16_map, pooled = 2 * (2 * 3 * 96 * 24), 4 * (2 * 3 * 24 * 24)
-    casts = [r for r in recorder.ops if r.name == 'aten::_to_copy']
+    casts = [r for r in ops if r.name == 'aten::_to_copy']
     assert casts and all(r.nbytes <= bf16_map + pooled for r in casts)
-    assert 'aten::promote_types' not in ops
+    assert 'aten::promote_types' not in names(ops)
 
 def test_attention_residual_writes_its_map_once_each_way():
     """LaViT's Attention Residual from a VA layer's factors, bf16 under

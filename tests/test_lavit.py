@@ -517,24 +517,15 @@ def test_dp_loss_reads_the_probabilities_the_layer_wrote(query_hw, key_hw):
     assert cosine > 0.95, cosine
 
 
-def test_la_layers_hand_their_softmax_to_the_dp_loss(monkeypatch):
+def test_la_layers_hand_their_softmax_to_the_dp_loss(dp_loss_calls):
     """In a training pass each LA layer gives the DP loss the map its
     eager softmax wrote (the loss computes no softmax of its own), and the
     loss is the loss of its logits."""
-    from vitattn_mm.models.attentions.less_attention import state as module
-    calls = []
-    bounded = module.DP_LOSS_FORMS['bounded']
-
-    def spy(logits, query_hw, key_hw, attn_backend, probs):
-        calls.append((logits, probs))
-        return bounded(logits, query_hw, key_hw, attn_backend, probs)
-
-    monkeypatch.setitem(module.DP_LOSS_FORMS, 'bounded', spy)
     torch.manual_seed(0)
     model = LaViT(TINY).train()
     model(torch.randn(1, 3, 64, 96))
-    assert len(calls) == 3
-    for logits, probs in calls:
+    assert len(dp_loss_calls) == 3
+    for logits, probs in dp_loss_calls:
         torch.testing.assert_close(probs, logits.softmax(-1))
 
 # ------------------------------------------------- aux loss in training

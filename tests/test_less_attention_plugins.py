@@ -261,28 +261,19 @@ def test_swin_la_trains_la_transforms_and_attention_residual():
 
 
 def test_window_la_layers_hand_the_dp_loss_their_unmasked_softmax(
-        monkeypatch):
+        dp_loss_calls):
     """The DP loss measures a window's map without the shift mask: an LA
     layer in plain windows gives it the map its softmax wrote, one in
     shifted windows (whose softmax read the mask) its logits alone."""
-    from vitattn_mm.models.attentions.less_attention import state as module
-    calls = []
-    bounded = module.DP_LOSS_FORMS['bounded']
-
-    def spy(logits, query_hw, key_hw, attn_backend, probs):
-        calls.append((logits, probs))
-        return bounded(logits, query_hw, key_hw, attn_backend, probs)
-
-    monkeypatch.setitem(module.DP_LOSS_FORMS, 'bounded', spy)
     torch.manual_seed(0)
     model = LessAttnSwinTransformer(
         arch=ARCHS['lessattn-swin-1232']).train()
     # Stage 3's LA layer in shifted windows (a 14 x 14 grid), the others
     # in plain ones.
     model(torch.randn(1, 3, 224, 224))
-    given = [probs is not None for _, probs in calls]
+    given = [probs is not None for _, probs in dp_loss_calls]
     assert any(given) and not all(given), given
-    for logits, probs in calls:
+    for logits, probs in dp_loss_calls:
         if probs is not None:
             torch.testing.assert_close(probs, logits.softmax(-1))
 
