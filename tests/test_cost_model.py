@@ -382,12 +382,14 @@ def test_softmax_of_kept_logits_writes_no_fp32_map():
     assert softmax[0].nbytes == 2 * (2 * 2 * 3 * 40 * 40)
 
 
-def test_dp_loss_of_the_layers_map_computes_no_softmax():
-    """LaViT's DP loss given the bf16 map an LA layer's eager softmax
-    wrote, under autocast: no softmax of its own either way, no fp32 copy
-    of the map (the blocks' sum reads it in bf16 and writes the pooled
-    map in fp32; its gradient is one bf16 map written from the pooled
-    one)."""
+@pytest.mark.parametrize('query_hw, key_hw', [((8, 12), (4, 6)),
+                                               ((6, 6), (6, 6))])
+def test_dp_loss_of_the_layers_map_computes_no_softmax(query_hw, key_hw):
+    """The DP loss given the bf16 map an LA layer's eager softmax wrote,
+    under autocast: no softmax of its own either way, no fp32 copy of the
+    map (LaViT's pooled maps: the blocks' sum reads it in bf16 and writes
+    the pooled map in fp32, its gradient one bf16 map written from the
+    pooled one; square maps: the terms read it as it is)."""
     from vitattn_mm.models.attentions.functional import masked_softmax
     from vitattn_mm.models.attentions.less_attention.loss import \
         diagonality_preserving_loss
@@ -395,12 +397,14 @@ def test_dp_loss_of_the_layers_map_computes_no_softmax():
     def step(logits, v):
         probs = masked_softmax(logits)
         return (probs @ v).sum() + diagonality_preserving_loss(
-            logits, (8, 12), (4, 6), probs=probs)
+            logits, query_hw, key_hw, probs=probs)
 
-    ops = record_bf16(step, (2, 3, 96, 24), (2, 3, 24, 16))
+    Nq, Nk = query_hw[0] * query_hw[1], key_hw[0] * key_hw[1]
+    ops = record_bf16(step, (2, 3, Nq, Nk), (2, 3, Nk, 16))
     assert names(ops).count('aten::_softmax') == 1
     assert names(ops).count('aten::_softmax_backward_data') == 1
-    bf16_map, pooled = 2 * (2 * 3 * 96 * 24), 4 * (2 * 3 * 24 * 24)
+    bf16_map = 2 * (2 * 3 * Nq * Nk)
+    pooled = 4 * (2 * 3 * Nk * Nk) if Nq != Nk else 0
     casts = [r for r in ops if r.name == 'aten::_to_copy']
     assert casts and all(r.nbytes <= bf16_map + pooled for r in casts)
     assert 'aten::promote_types' not in names(ops)

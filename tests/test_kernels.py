@@ -343,6 +343,35 @@ def test_diagonality_terms_written_out_gradient_is_autograds():
         torch.testing.assert_close(grad, ref_grad, rtol=0, atol=1e-15)
 
 
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_diagonality_terms_read_a_half_precision_map_as_it_is(dtype):
+    """The terms of a bf16 / fp16 map (a layer's own softmax under
+    autocast), its passes in the map's dtype: an fp32 loss within 2e-4
+    of the loss of its fp32 copy, a gradient in the map's dtype within
+    the tolerance of the fp32 copy's (written out and through the plain
+    ops), the same ties (a uniform map's gradient: the copy's rounded)."""
+    from vitattn_mm.ops.diagonality_loss import (DiagonalityTerms,
+                                                 diagonality_terms_ops)
+    g = torch.Generator().manual_seed(0)
+    random = (torch.randn(4, 3, 49, 49, generator=g) * 2).softmax(-1)
+    uniform = torch.full((2, 2, 5, 5), 0.2, dtype=dtype)
+    for probs in (random.to(dtype), uniform):
+        copy = probs.float().requires_grad_()
+        expected = DiagonalityTerms.apply(copy)[0]
+        expected_grad, = torch.autograd.grad(expected, copy)
+        for terms in (lambda p: DiagonalityTerms.apply(p)[0],
+                      diagonality_terms_ops):
+            x = probs.clone().requires_grad_()
+            loss = terms(x)
+            grad, = torch.autograd.grad(loss, x)
+            assert loss.dtype == torch.float32 and grad.dtype == dtype
+            assert abs(loss - expected) <= 2e-4 * expected + 1e-7
+            assert relative_rmse(grad.float(),
+                                 expected_grad) <= TOLERANCE[dtype]
+            if probs is uniform:
+                assert torch.equal(grad, expected_grad.to(dtype))
+
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 def test_diagonality_loss_low_precision(dtype):
     g = torch.Generator().manual_seed(0)

@@ -28,10 +28,24 @@ MAX_SIDE = 64
 MAX_POOLED_KEYS = 4096
 
 
+def accumulation_dtype(maps: torch.Tensor) -> torch.dtype:
+    """fp32, or fp64 for fp64 maps: where a map's sums and row quantities
+    are kept."""
+    return torch.float64 if maps.dtype == torch.float64 else torch.float32
+
+
 def diagonality_terms(probs: torch.Tensor) -> torch.Tensor:
     """Symmetry + diagonality of row-stochastic ``(..., N, N)`` maps (see
     :func:`~vitattn_mm.models.attentions.less_attention.loss.
-    diagonality_preserving_loss`): means over rows and maps.
+    diagonality_preserving_loss`): means over rows and maps, fp32 (fp64
+    for fp64 maps).
+
+    The passes over the map run in its dtype, a bf16 map (a layer's own
+    softmax under autocast) as it is, with no fp32 copy: the row maxima
+    and diagonal entries are values of the map (exact in fp32), the signs
+    of ``P - P^T`` exact (rounding neither flips nor zeroes a difference
+    of two bf16 values); the differences themselves round once before
+    their fp32 sum (relative error at most 2^-9 in that term).
 
     Eagerly one autograd function (:class:`DiagonalityTerms`) whose
     backward is written out: the map has four uses in the composition
@@ -54,7 +68,7 @@ def diagonality_terms_ops(probs: torch.Tensor) -> torch.Tensor:
     # row's maximum from the off-diagonal one and the diagonal, not from
     # another pass over the map: where the two tie, the excess is 0 and
     # the maximum gets no gradient, so how maximum() splits it is moot.
-    off_max = off_diag.amax(dim=-1)
+    off_max = off_diag.amax(dim=-1).to(accumulation_dtype(probs))
     # clamp_min passes no gradient at an excess of exactly 0.
     excess = (off_max - diag).clamp_min(0)
     return _loss(probs, excess, torch.maximum(off_max, diag))
@@ -66,7 +80,7 @@ def _loss(probs: torch.Tensor, excess: torch.Tensor,
     a mean were two passes and two gradients) plus the rows' dominance
     ``excess / row_max``, averaged over the rows at once."""
     asymmetry = torch.linalg.vector_norm(probs - probs.transpose(-2, -1),
-                                         ord=1)
+                                         ord=1, dtype=row_max.dtype)
     loss = torch.add((excess / row_max).sum(), asymmetry, alpha=0.5)
     return loss / row_max.numel()
 
@@ -94,7 +108,7 @@ class DiagonalityTerms(torch.autograd.Function):
 
     @staticmethod
     def forward(probs: torch.Tensor):
-        row_max = probs.amax(dim=-1)
+        row_max = probs.amax(dim=-1).to(accumulation_dtype(probs))
         excess = row_max - probs.diagonal(dim1=-2, dim2=-1)
         return _loss(probs, excess, row_max), row_max
 
@@ -108,6 +122,8 @@ class DiagonalityTerms(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, *_):
+        # Row coefficients in fp32; the gradient, a map, in the map's
+        # dtype (where the fp32 one was cast to).
         probs, row_max = ctx.saved_tensors
         if grad is None:
             return None
@@ -223,7 +239,7 @@ def pool_queries(maps: torch.Tensor, query_hw: Sequence[int],
     """
     B, h, _, Nk = maps.shape
     (Hq, Wq), (Hk, Wk) = query_hw, key_hw
-    dtype = torch.float64 if maps.dtype == torch.float64 else torch.float32
+    dtype = accumulation_dtype(maps)
     if not capturing() and Hq % Hk == 0 and Wq % Wk == 0:
         blocks = maps.view(B, h, Hk, Hq // Hk, Wk, Wq // Wk, Nk)
         sums = blocks.sum((3, 5), dtype=dtype).view(B, h, Nk, Nk)

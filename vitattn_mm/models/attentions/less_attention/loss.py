@@ -66,7 +66,7 @@ def diagonality_preserving_loss(logits: torch.Tensor,
         return pooled_diagonality_loss_eager(logits, query_hw, key_hw, probs)
     with full_precision(logits):
         return diagonality_terms(logits.float().softmax(dim=-1)
-                                 if probs is None else probs.float())
+                                 if probs is None else probs)
 
 
 def paper_diagonality_loss(logits: torch.Tensor,
