@@ -350,3 +350,25 @@ def test_linear_attention_fp16_autocast_stays_finite():
     reference, _ = attn(x)
     torch.testing.assert_close(out.float(), reference, rtol=1e-2, atol=1e-2)
 
+
+
+def test_cpe_of_the_fp32_residual_stream_stays_fp32_under_autocast():
+    """Conditional position encoding under bf16 autocast: fp32 tokens (the
+    residual stream) convolve in fp32 and add to themselves, equal to the
+    fp32 module, gradients too; bf16 tokens (a patch embedding's output)
+    convolve in bf16, as autocast runs them."""
+    from vitattn_mm.models.layers.pos_embed import \
+        ConditionalPositionEncoding
+    torch.manual_seed(0)
+    cpe = ConditionalPositionEncoding(16, 16)
+    x = torch.randn(2, 7 * 9, 16, requires_grad=True)
+    expected = cpe(x, (7, 9))
+    expected_grad, = torch.autograd.grad(expected.square().sum(), x)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = cpe(x, (7, 9))
+        grad, = torch.autograd.grad(out.square().sum(), x)
+        half = cpe(x.detach().bfloat16(), (7, 9))
+    assert out.dtype == torch.float32 and half.dtype == torch.bfloat16
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
+    torch.testing.assert_close(half.float(), expected, rtol=2e-2, atol=2e-2)

@@ -1,5 +1,6 @@
 """Positional encodings: learned absolute tables that follow the running
 grid, and the conditional (convolutional) one."""
+import contextlib
 import math
 from typing import Optional, Tuple
 
@@ -10,6 +11,7 @@ from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 
+from .common import full_precision
 from .size_aware import capturing
 
 
@@ -210,7 +212,13 @@ class ConditionalPositionEncoding(BaseModule):
         """``(B, H*W, C)`` tokens on ``hw_shape`` -> tokens."""
         B, _, C = x.shape
         feat = x.transpose(1, 2).reshape(B, C, *hw_shape)
-        out = self.proj(feat)
-        if self.stride == 1:
-            out = out + feat
+        if self.stride != 1:
+            return self.proj(feat).flatten(2).transpose(1, 2)
+        # Tokens in the weights' dtype (the residual stream, fp32 under
+        # autocast) convolve in it and add to themselves: a depthwise conv
+        # moves its map, and autocast's bf16 copy of it, its cast of the
+        # sum back and their gradients were two passes more each way.
+        with full_precision(feat) if feat.dtype == self.proj.weight.dtype \
+                else contextlib.nullcontext():
+            out = self.proj(feat) + feat
         return out.flatten(2).transpose(1, 2)
