@@ -153,6 +153,8 @@ FREE_OPS = {
     aten.detach.default, aten.alias.default, aten.lift_fresh.default,
     aten.is_same_size.default, aten._reshape_alias.default,
     aten.set_.source_Storage_storage_offset,
+    # Metadata: a dtype from dtypes, no tensor in or out.
+    aten.promote_types.default,
 }
 
 

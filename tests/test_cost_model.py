@@ -87,6 +87,14 @@ def test_a_fill_only_writes():
     assert [r.nbytes for r in recorder.ops] == [4, 16000, 32000]
 
 
+def test_a_dtype_promotion_is_no_kernel():
+    """``torch.promote_types`` passes the dispatcher (a mode sees it) but
+    computes a dtype from dtypes: nothing runs on a GPU."""
+    x = torch.empty(4, 1000, device='meta', dtype=torch.bfloat16)
+    with cm.StepRecorder() as recorder:
+        x.to(torch.promote_types(x.dtype, torch.float32))
+    assert names(recorder.ops) == ['aten::_to_copy']
+
 def test_an_out_argument_is_only_written():
     """``torch.div(a, b, out=c)`` reads a and b and writes c, as
     ``c.copy_(a)`` reads a and writes c; an in-place op reads and writes
