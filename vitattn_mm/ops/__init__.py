@@ -27,9 +27,8 @@ __all__ = [
     'relu_linear_attention_op', 'mean_shift_attention_eager',
     'mean_shift_attention_op', 'key_norm_logits', 'split_parts',
     'score_conv_eager', 'score_conv_op', 'apply_probabilities',
-    'softmax_apply_eager',
-    'softmax_apply_op', 'MAX_SIDE', 'diagonality_loss_eager',
-    'diagonality_loss_op', 'diagonality_terms',
+    'softmax_apply_eager', 'softmax_apply_op', 'MAX_SIDE',
+    'diagonality_loss_eager', 'diagonality_loss_op', 'diagonality_terms',
     'pool_queries', 'pooled_diagonality_loss_eager',
     'pooled_diagonality_loss_op', 'pooled_op_takes'
 ]

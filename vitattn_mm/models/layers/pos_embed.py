@@ -215,9 +215,10 @@ class ConditionalPositionEncoding(BaseModule):
         if self.stride != 1:
             return self.proj(feat).flatten(2).transpose(1, 2)
         # Tokens in the weights' dtype (the residual stream, fp32 under
-        # autocast) convolve in it and add to themselves: a depthwise conv
-        # moves its map, and autocast's bf16 copy of it, its cast of the
-        # sum back and their gradients were two passes more each way.
+        # autocast) are convolved and added to in it: autocast's bf16 copy
+        # for the conv and the fp32 sum after it were a pass each, and
+        # their gradients, for a depthwise conv that moves no more than
+        # its map.
         with full_precision(feat) if feat.dtype == self.proj.weight.dtype \
                 else contextlib.nullcontext():
             out = self.proj(feat) + feat

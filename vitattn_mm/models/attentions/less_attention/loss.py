@@ -47,9 +47,9 @@ def diagonality_preserving_loss(logits: torch.Tensor,
             Default: 'eager'.
         probs (Tensor, optional): ``softmax(logits)`` as the layer wrote it
             (its eager softmax; bf16 under bf16 autocast): the eager loss
-            reads it, pooled and measured in fp32, instead of an fp32
-            softmax of the logits of its own. The fused ops read the
-            logits. Default: None.
+            reads it (pooled in fp32 where ``N_q != N_k``, its sums in
+            fp32) instead of an fp32 softmax of the logits of its own. The
+            fused ops read the logits. Default: None.
 
     Returns:
         Tensor: fp32 scalar, symmetry + diagonality terms.
