@@ -28,12 +28,6 @@ MAX_SIDE = 64
 MAX_POOLED_KEYS = 4096
 
 
-def accumulation_dtype(maps: torch.Tensor) -> torch.dtype:
-    """fp32, or fp64 for fp64 maps: where a map's sums and row quantities
-    are kept."""
-    return torch.float64 if maps.dtype == torch.float64 else torch.float32
-
-
 def diagonality_terms(probs: torch.Tensor) -> torch.Tensor:
     """Symmetry + diagonality of row-stochastic ``(..., N, N)`` maps (see
     :func:`~vitattn_mm.models.attentions.less_attention.loss.
@@ -68,7 +62,8 @@ def diagonality_terms_ops(probs: torch.Tensor) -> torch.Tensor:
     # row's maximum from the off-diagonal one and the diagonal, not from
     # another pass over the map: where the two tie, the excess is 0 and
     # the maximum gets no gradient, so how maximum() splits it is moot.
-    off_max = off_diag.amax(dim=-1).to(accumulation_dtype(probs))
+    off_max = off_diag.amax(dim=-1).to(
+        torch.promote_types(probs.dtype, torch.float32))
     # clamp_min passes no gradient at an excess of exactly 0.
     excess = (off_max - diag).clamp_min(0)
     return _loss(probs, excess, torch.maximum(off_max, diag))
@@ -108,7 +103,8 @@ class DiagonalityTerms(torch.autograd.Function):
 
     @staticmethod
     def forward(probs: torch.Tensor):
-        row_max = probs.amax(dim=-1).to(accumulation_dtype(probs))
+        row_max = probs.amax(dim=-1).to(
+            torch.promote_types(probs.dtype, torch.float32))
         excess = row_max - probs.diagonal(dim1=-2, dim2=-1)
         return _loss(probs, excess, row_max), row_max
 
@@ -239,7 +235,7 @@ def pool_queries(maps: torch.Tensor, query_hw: Sequence[int],
     """
     B, h, _, Nk = maps.shape
     (Hq, Wq), (Hk, Wk) = query_hw, key_hw
-    dtype = accumulation_dtype(maps)
+    dtype = torch.promote_types(maps.dtype, torch.float32)
     if not capturing() and Hq % Hk == 0 and Wq % Wk == 0:
         blocks = maps.view(B, h, Hk, Hq // Hk, Wk, Wq // Wk, Nk)
         sums = blocks.sum((3, 5), dtype=dtype).view(B, h, Nk, Nk)
