@@ -769,21 +769,31 @@ def test_relu_linear_attention_gradient_is_autograds(monkeypatch, dtype):
         assert error <= (1e-6 if dtype == torch.float32 else 1e-3), error
 
 
-def test_score_conv_routes_agree(monkeypatch):
+@pytest.mark.parametrize('heads', [3, 9])
+def test_score_conv_routes_agree(monkeypatch, heads):
     """The eager score convs head by head (the CPU's route) and every
-    head at once (a GPU's): the same maps and gradients."""
+    head at once (a GPU's), each alone and with the 1x1 head mix after
+    them (which the latter folds into its query conv up to
+    FOLDED_MIX_MAX_HEADS heads): the same maps and gradients."""
     from vitattn_mm.ops import score_conv
+    assert 3 <= score_conv.FOLDED_MIX_MAX_HEADS < 9  # both ways below
     torch.manual_seed(0)
-    logits = torch.randn(2, 3, 35, 12, dtype=torch.float64,
+    logits = torch.randn(2, heads, 35, 12, dtype=torch.float64,
                          requires_grad=True)
-    weights = [torch.randn(3, 1, 3, 3, dtype=torch.float64,
+    weights = [torch.randn(heads, 1, 3, 3, dtype=torch.float64,
                            requires_grad=True) for _ in range(2)]
-    results = []
-    for per_head in (True, False):
-        monkeypatch.setattr(score_conv, 'one_head_at_a_time',
-                            lambda _: per_head)
-        out = score_conv_eager(logits, *weights, (5, 7), (3, 4))
-        grads = torch.autograd.grad(out.square().sum(), [logits, *weights])
-        results.append((out, *grads))
-    for got, expected in zip(*results):
-        torch.testing.assert_close(got, expected)
+    mix = torch.randn(heads, heads, 1, 1, dtype=torch.float64,
+                      requires_grad=True)
+    for head_mix in (None, mix):
+        results = []
+        for per_head in (True, False):
+            monkeypatch.setattr(score_conv, 'one_head_at_a_time',
+                                lambda _: per_head)
+            out = score_conv_eager(logits, *weights, (5, 7), (3, 4),
+                                   head_mix=head_mix)
+            inputs = [logits, *weights] + ([] if head_mix is None else
+                                           [head_mix])
+            grads = torch.autograd.grad(out.square().sum(), inputs)
+            results.append((out, *grads))
+        for got, expected in zip(*results):
+            torch.testing.assert_close(got, expected)

@@ -13,12 +13,14 @@ CPU path, the shape function serves ``torch.compile``
 and the cost model, the kernels (:mod:`.triton_score_conv`) run on CUDA
 (and on the CPU under ``TRITON_INTERPRET=1``).
 """
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
-from ..models.layers.size_aware import capturing, token_depthwise_conv
+from ..models.layers.size_aware import (capturing, token_depthwise_conv,
+                                        token_pointwise_conv)
 from .backend import kernels_run_on
 from .common import eager_grads, save_inputs, saved_inputs
 
@@ -35,8 +37,11 @@ def one_head_at_a_time(logits: torch.Tensor) -> bool:
 
 def score_conv_eager(logits: torch.Tensor, key_weight: torch.Tensor,
                      query_weight: torch.Tensor, query_hw: Sequence[int],
-                     key_hw: Sequence[int]) -> torch.Tensor:
-    """The two depthwise convolutions of every head, eagerly.
+                     key_hw: Sequence[int],
+                     head_mix: Optional[torch.Tensor] = None
+                     ) -> torch.Tensor:
+    """The two depthwise convolutions of every head, eagerly, and the 1x1
+    mix of the heads after them if given.
 
     Args:
         logits (Tensor): ``(B, heads, N_q, N_k)``.
@@ -46,6 +51,9 @@ def score_conv_eager(logits: torch.Tensor, key_weight: torch.Tensor,
             query grid.
         query_hw (tuple[int, int]): Grid of the ``N_q`` queries.
         key_hw (tuple[int, int]): Grid of the ``N_k`` keys.
+        head_mix (Tensor, optional): ``(heads, heads, 1, 1)``: the 1x1
+            conv across heads after the two (``ConvAttentionTransform``'s
+            head mix). Default: None (no mix).
 
     Returns:
         Tensor: ``(B, heads, N_q, N_k)``.
@@ -63,15 +71,38 @@ def score_conv_eager(logits: torch.Tensor, key_weight: torch.Tensor,
             x = x.reshape(B, 1, *query_hw, Nk).permute(0, 1, 4, 2, 3)
             x = token_depthwise_conv(x, query_weight[i:i + 1])
             heads.append(x.permute(0, 1, 3, 4, 2).reshape(B, Nq, Nk))
-        return torch.stack(heads, 1)
+        return _mixed(torch.stack(heads, 1), head_mix)
     # Every head at once: one conv per axis, each a 3-D conv over a view
     # of the map (the query grid's with the keys as its last axis), so
     # the map is never transposed (LessAttn-Swin-T's projected step 1,670
     # -> 1,606 ops, 0.95 GB less than with the transposes between them).
     x = token_depthwise_conv(logits.reshape(B, h, Nq, *key_hw), key_weight)
-    x = token_depthwise_conv(x.view(B, h, *query_hw, Nk), query_weight,
-                             maps_last=True)
+    x = x.view(B, h, *query_hw, Nk)
+    if head_mix is None or h > FOLDED_MIX_MAX_HEADS:
+        x = token_depthwise_conv(x, query_weight, maps_last=True)
+        return _mixed(x.view(B, h, Nq, Nk), head_mix)
+    # The mix is linear in the heads: with the query conv it is one dense
+    # conv, kernels mix[o, i] * query_kernel[i]: one pass over the map
+    # each way where the two convs took two.
+    pad = query_weight.shape[-1] // 2
+    x = F.conv3d(x, (head_mix * query_weight.transpose(0, 1))[..., None],
+                 padding=(pad, pad, 0))
     return x.view(B, h, Nq, Nk)
+
+
+#: Most heads whose 1x1 mix :func:`score_conv_eager` folds into the query
+#: conv. The dense conv has ``heads`` times the depthwise one's FLOPs: with
+#: LaViT's 5 and 8 heads the pass it saves outweighs them in both of the
+#: cost model's presets (LaViT-S's step 21.2 -> 20.5 ms projected, 78.5 ->
+#: 78.2 in the fit to the H200), with Swin's 12 and 24 not in the fit
+#: (which runs aten's FLOPs at 3% of the peak).
+FOLDED_MIX_MAX_HEADS = 8
+
+
+def _mixed(maps: torch.Tensor, head_mix: Optional[torch.Tensor]
+           ) -> torch.Tensor:
+    # (B, heads, N_q, N_k) is NCHW with the heads as channels.
+    return maps if head_mix is None else token_pointwise_conv(maps, head_mix)
 
 
 def _kernels():

@@ -69,12 +69,14 @@ class ConvAttentionTransform(BaseModule):
 
     def forward(self, logits: torch.Tensor, query_hw: Grid,
                 key_hw: Grid) -> torch.Tensor:
-        convolve = score_conv_op if uses_fused_op(
-            self.attn_backend, logits.device) else score_conv_eager
-        x = convolve(logits, self.key_conv.weight, self.query_conv.weight,
-                     list(query_hw), list(key_hw))
+        weights = (self.key_conv.weight, self.query_conv.weight,
+                   list(query_hw), list(key_hw))
+        if not uses_fused_op(self.attn_backend, logits.device):
+            return score_conv_eager(logits, *weights,
+                                    head_mix=self.head_mix.weight)
         # (B, heads, N_q, N_k) is NCHW with the heads as channels.
-        return token_pointwise_conv(x, self.head_mix.weight)
+        return token_pointwise_conv(score_conv_op(logits, *weights),
+                                    self.head_mix.weight)
 
 
 class DenseAttentionTransform(BaseModule):
