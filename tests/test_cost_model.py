@@ -399,10 +399,11 @@ def test_softmax_of_kept_logits_writes_no_fp32_map():
                                                ((6, 6), (6, 6))])
 def test_dp_loss_of_the_layers_map_computes_no_softmax(query_hw, key_hw):
     """The DP loss given the bf16 map an LA layer's eager softmax wrote,
-    under autocast: no softmax of its own either way, no fp32 copy of the
-    map (LaViT's pooled maps: the blocks' sum reads it in bf16 and writes
-    the pooled map in fp32, its gradient one bf16 map written from the
-    pooled one; square maps: the terms read it as it is)."""
+    under autocast: no softmax of its own either way, no cast of the map
+    or of its gradient (LaViT's pooled maps: the blocks' mean reads it in
+    bf16 and writes the pooled map in fp32, its gradient one bf16 map
+    written from the pooled one, with the division; square maps: the
+    terms read it as it is)."""
     from vitattn_mm.models.attentions.functional import masked_softmax
     from vitattn_mm.models.attentions.less_attention.loss import \
         diagonality_preserving_loss
@@ -417,9 +418,12 @@ def test_dp_loss_of_the_layers_map_computes_no_softmax(query_hw, key_hw):
     assert names(ops).count('aten::_softmax') == 1
     assert names(ops).count('aten::_softmax_backward_data') == 1
     bf16_map = 2 * (2 * 3 * Nq * Nk)
-    pooled = 4 * (2 * 3 * Nk * Nk) if Nq != Nk else 0
     casts = [r for r in ops if r.name == 'aten::_to_copy']
-    assert casts and all(r.nbytes <= bf16_map + pooled for r in casts)
+    assert casts and all(r.nbytes < bf16_map for r in casts)
+    # The pooled map is divided by the blocks' size in no pass of its own.
+    assert [r for r in ops if r.name.startswith('aten::div') and
+            r.phase == 'forward' and r.nbytes >= 4 * (2 * 3 * Nk * Nk)] == []
+
 
 def test_attention_residual_writes_its_map_once_each_way():
     """LaViT's Attention Residual from a VA layer's factors, bf16 under

@@ -401,6 +401,28 @@ def test_query_pooling_by_blocks_is_the_adaptive_pooling(monkeypatch):
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-15)
 
 
+def test_query_pooling_by_blocks_keeps_the_maps_dtype():
+    """A bf16 map (an LA layer's softmax under autocast) pooled by blocks
+    of 3 x 2 queries: the mean of its values in fp32, and the gradient
+    the pooled one's broadcast divided by 6, rounded once to bf16."""
+    from vitattn_mm.ops.diagonality_loss import pool_queries
+    g = torch.Generator().manual_seed(0)
+    maps = torch.rand(2, 3, 6 * 6, 2 * 3, generator=g).to(torch.bfloat16)
+    maps.requires_grad_()
+    pooled = pool_queries(maps, (6, 6), (2, 3))
+    expected = maps.detach().double().view(2, 3, 2, 3, 3, 2, 6).mean((3, 5))
+    assert pooled.dtype == torch.float32
+    torch.testing.assert_close(pooled.double(), expected.view(2, 3, 6, 6),
+                               rtol=1e-6, atol=0)
+    upstream = torch.randn(pooled.shape, generator=g)
+    grad, = torch.autograd.grad(pooled, maps, upstream)
+    assert grad.dtype == torch.bfloat16
+    broadcast = upstream.double().view(2, 3, 2, 1, 3, 1, 6).expand(
+        2, 3, 2, 3, 3, 2, 6) / 6
+    torch.testing.assert_close(grad, broadcast.reshape(maps.shape).to(
+        torch.bfloat16), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize('query_hw, key_hw', [
     ((4, 6), (2, 3)),    # bins of 2x2 queries, as a reduction ratio gives
     ((5, 7), (3, 4)),    # uneven bins that overlap (ceil / floor edges)
