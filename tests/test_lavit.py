@@ -202,6 +202,60 @@ def test_attention_residual_matches_naive_with_kept_or_factored_logits(
         ar(state, (3, 3))
 
 
+@pytest.mark.parametrize('grads', ['both', 'keys', 'queries'])
+def test_normalised_factors_gradient_is_autograds(grads):
+    """The residual's statistics from the factors with their gradient
+    written out (``NormalisedFactors``) against autograd through the same
+    ops (a captured graph's route), fp64, zero-padded key rows as the
+    aligned keys have them, and with either output's gradient alone."""
+    from vitattn_mm.models.attentions.less_attention.residual import (
+        NormalisedFactors, normalised_factors)
+    torch.manual_seed(0)
+    q = (torch.randn(2, 3, 35, 8, dtype=torch.float64) + 1.).requires_grad_()
+    k = F.pad(torch.randn(2, 3, 13, 8, dtype=torch.float64),
+              (0, 0, 0, 3)).requires_grad_()
+    upstream = [torch.randn(2, 3, 35, 9, dtype=torch.float64),
+                torch.randn(2, 3, 16, 9, dtype=torch.float64)]
+    used = dict(both=(0, 1), keys=(1, ), queries=(0, ))[grads]
+    results = []
+    for fn in (lambda: NormalisedFactors.apply(q, k, 1e-5)[:2],
+               lambda: normalised_factors(q, k, 1e-5)[:2]):
+        outs = fn()
+        loss = sum((outs[i] * upstream[i]).sum() for i in used)
+        results.append((*outs, *torch.autograd.grad(loss, (q, k),
+                                                    allow_unused=True)))
+    for ours, theirs in zip(*results):
+        if theirs is None:  # the queries alone do not depend on the keys
+            assert ours is None and grads == 'queries'
+            continue
+        torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+def test_normalised_factors_keep_the_factors_dtypes():
+    """bf16 factors (a VA layer's under autocast): statistics in fp32,
+    outputs and gradients in bf16, within bf16's rounding of the fp64
+    ones."""
+    from vitattn_mm.models.attentions.less_attention.residual import \
+        NormalisedFactors
+    torch.manual_seed(0)
+    q64 = torch.randn(2, 2, 40, 16, dtype=torch.float64) + 1.
+    k64 = torch.randn(2, 2, 24, 16, dtype=torch.float64)
+    upstream = [torch.randn(2, 2, 40, 17), torch.randn(2, 2, 24, 17)]
+    results = []
+    for dtype in (torch.bfloat16, torch.float64):
+        q, k = (t.to(dtype).requires_grad_() for t in (q64, k64))
+        queries, keys = NormalisedFactors.apply(q, k, 1e-5)[:2]
+        assert queries.dtype == keys.dtype == dtype
+        loss = sum((o.double() * u.double()).sum()
+                   for o, u in zip((queries, keys), upstream))
+        dq, dk = torch.autograd.grad(loss, (q, k))
+        assert dq.dtype == dk.dtype == dtype
+        results.append((queries, keys, dq, dk))
+    for low, ref in zip(*results):
+        error = (low.double() - ref).norm() / ref.norm()
+        assert error < 1e-2, error
+
+
 def test_lavit_with_factored_logits_matches_the_materialised_path(
         monkeypatch):
     """The whole network, train mode: outputs, ``loss_dp`` and every
