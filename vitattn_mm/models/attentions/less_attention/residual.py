@@ -218,7 +218,9 @@ class NormalisedFactors(torch.autograd.Function):
             ctx.saved_tensors
         B, heads, N, d = centred.shape
         with full_precision(centred):
-            dk = dq_centred = None
+            dq_centred = torch.zeros_like(centred) if grad_queries is None \
+                else grad_queries[..., :d].to(centred.dtype)
+            dk = d_mean_query = None
             if grad_keys is not None:
                 g = grad_keys.to(keys.dtype)
                 d_var = (g * keys).sum((1, 3), keepdim=True) * \
@@ -233,19 +235,14 @@ class NormalisedFactors(torch.autograd.Function):
                 d_mean_query = d_means.transpose(-2, -1) @ kf
                 d_cov = (kf * d_var).transpose(-2, -1) @ kf
                 dq_centred = torch.baddbmm(
-                    torch.zeros_like(centred).flatten(0, 1) if
-                    grad_queries is None else
-                    grad_queries[..., :d].to(centred.dtype).flatten(0, 1),
-                    centred.flatten(0, 1), d_cov.flatten(0, 1),
+                    dq_centred.flatten(0, 1), centred.flatten(0, 1),
+                    d_cov.flatten(0, 1),
                     alpha=2 / (N * heads)).view(B, heads, N, d)
-                shift = torch.sub(dq_centred.mean(2, keepdim=True),
-                                  d_mean_query, alpha=1 / N)
-            elif grad_queries is not None:
-                dq_centred = grad_queries[..., :d].to(centred.dtype)
-                shift = dq_centred.mean(2, keepdim=True)
-            dq = None if dq_centred is None else torch.sub(
-                dq_centred, shift,
-                out=centred.new_empty(centred.shape, dtype=ctx.dtypes[0]))
+            shift = dq_centred.mean(2, keepdim=True)
+            if d_mean_query is not None:
+                shift = torch.sub(shift, d_mean_query, alpha=1 / N)
+            dq = torch.sub(dq_centred, shift, out=centred.new_empty(
+                centred.shape, dtype=ctx.dtypes[0]))
         return dq, None if dk is None else dk.to(ctx.dtypes[1]), None
 
 
