@@ -77,15 +77,15 @@ def isolated_default_scope():
 
 @pytest.fixture
 def dp_loss_calls(monkeypatch):
-    """``(logits, probs)`` of every bounded DP loss the LA maps of a
-    training pass compute (``probs``: the map the layer handed over, or
-    None), recorded as the state computes them."""
+    """``(logits, query_hw, key_hw, probs)`` of every bounded DP loss the
+    LA maps of a training pass compute (``probs``: the map the layer
+    handed over, or None), recorded as the state computes them."""
     from vitattn_mm.models.attentions.less_attention import state
     calls = []
     bounded = state.DP_LOSS_FORMS['bounded']
 
     def spy(logits, query_hw, key_hw, attn_backend, probs):
-        calls.append((logits, probs))
+        calls.append((logits, query_hw, key_hw, probs))
         return bounded(logits, query_hw, key_hw, attn_backend, probs)
 
     monkeypatch.setitem(state.DP_LOSS_FORMS, 'bounded', spy)

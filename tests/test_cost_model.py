@@ -425,6 +425,49 @@ def test_dp_loss_of_the_layers_map_computes_no_softmax(query_hw, key_hw):
             r.phase == 'forward' and r.nbytes >= 4 * (2 * 3 * Nk * Nk)] == []
 
 
+@pytest.mark.parametrize('pooled_in_passing', [True, False])
+def test_pooled_dp_map_adds_its_gradient_in_passing(pooled_in_passing):
+    """An LA layer's map with queries on a grid the key grid divides
+    (LaViT's), eagerly, bf16 under autocast: it feeds the product with the
+    values and, pooled, the DP loss. Pooled beside the product, the
+    pooled map's gradient is added into the product's in the one pass that
+    writes it: backward, one map-sized op more than the softmax's and the
+    product's, reading one map and writing one (pooled by the loss, its
+    gradient is a map of its own, which autograd adds: two ops, four
+    maps)."""
+    from vitattn_mm.models.attentions.less_attention.layers import \
+        apply_softmax
+    from vitattn_mm.models.attentions.less_attention.loss import \
+        diagonality_preserving_loss
+    # Blocks of 4 x 4 queries: the pooled map's ops (fp32) touch less
+    # than a bf16 map.
+    query_hw, key_hw = (16, 24), (4, 6)
+
+    def step(logits, v):
+        out, probs = apply_softmax(
+            logits, v, None, 0., 'eager',
+            (query_hw, key_hw) if pooled_in_passing else None)
+        return out.sum() + diagonality_preserving_loss(
+            logits, query_hw, key_hw, probs=probs)
+
+    Nq, Nk = 16 * 24, 4 * 6
+    ops = record_bf16(step, (2, 3, Nq, Nk), (2, 3, Nk, 16))
+    bf16_map = 2 * (2 * 3 * Nq * Nk)
+    maps = [r for r in ops
+            if r.phase == 'backward' and r.nbytes >= bf16_map]
+    # the product's two gradients (the map's and the values', which
+    # reads it), the softmax's
+    expected = ['aten::bmm', 'aten::bmm', 'aten::add.out',
+                'aten::_softmax_backward_data']
+    if not pooled_in_passing:
+        expected[2] = 'aten::div.out'
+        expected.append('aten::add.Tensor')
+    assert sorted(r.name for r in maps) == sorted(expected)
+    if pooled_in_passing:
+        add, = [r for r in maps if r.name == 'aten::add.out']
+        assert add.nbytes < 2 * bf16_map + 4 * (2 * 3 * Nk * Nk) + 1
+
+
 def test_attention_residual_writes_its_map_once_each_way():
     """LaViT's Attention Residual from a VA layer's factors, bf16 under
     autocast: forward, the normalised map (one product) and its head mix

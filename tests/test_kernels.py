@@ -423,6 +423,58 @@ def test_query_pooling_by_blocks_keeps_the_maps_dtype():
         torch.bfloat16), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize('captured', [False, True])
+@pytest.mark.parametrize('uses', ['both', 'maps', 'pooled'])
+def test_pooling_in_passing_sums_both_uses_gradients(monkeypatch, uses,
+                                                     captured):
+    """Maps with two uses, as they are and pooled onto the key grid
+    (:func:`pool_queries_in_passing`: an LA layer's softmax, applied to
+    its values and read by the DP loss): the same values and gradients
+    as autograd through the plain ops, with either use alone or both, by
+    blocks or (a captured graph's route) adaptively; fp64."""
+    from vitattn_mm.ops import diagonality_loss
+    monkeypatch.setattr(diagonality_loss, 'capturing', lambda: captured)
+    g = torch.Generator().manual_seed(0)
+    maps = torch.rand(2, 3, 6 * 6, 2 * 3, generator=g,
+                      dtype=torch.float64, requires_grad=True)
+    w_maps, w_pooled = (torch.randn(*shape, generator=g, dtype=torch.float64)
+                        for shape in ((2, 3, 36, 6), (2, 3, 6, 6)))
+    passed, pooled = diagonality_loss.pool_queries_in_passing(
+        maps, (6, 6), (2, 3))
+    expected = maps.view(2, 3, 2, 3, 3, 2, 6).mean((3, 5)).view(2, 3, 6, 6)
+    torch.testing.assert_close(passed, maps, rtol=0, atol=0)
+    torch.testing.assert_close(pooled, expected, rtol=1e-12, atol=1e-15)
+    terms = {'maps': [(passed, maps, w_maps)],
+             'pooled': [(pooled, expected, w_pooled)]}
+    terms['both'] = terms['maps'] + terms['pooled']
+    got, = torch.autograd.grad(
+        sum((t * w).sum() for t, _, w in terms[uses]), maps)
+    reference, = torch.autograd.grad(
+        sum((t * w).sum() for _, t, w in terms[uses]), maps)
+    torch.testing.assert_close(got, reference, rtol=1e-12, atol=1e-15)
+
+
+def test_pooling_in_passing_rounds_the_sum_once():
+    """A bf16 map with both uses: its gradient is the product's gradient
+    plus the pooled one's broadcast / 6, summed in fp32 and rounded once
+    to bf16."""
+    from vitattn_mm.ops import pool_queries_in_passing
+    g = torch.Generator().manual_seed(0)
+    maps = torch.rand(2, 3, 36, 6, generator=g).to(torch.bfloat16)
+    maps.requires_grad_()
+    passed, pooled = pool_queries_in_passing(maps, (6, 6), (2, 3))
+    upstream = torch.randn(pooled.shape, generator=g)
+    upstream_maps = torch.randn(maps.shape, generator=g).to(torch.bfloat16)
+    grad, = torch.autograd.grad((passed, pooled), maps,
+                                (upstream_maps, upstream))
+    assert grad.dtype == torch.bfloat16
+    broadcast = upstream.double().view(2, 3, 2, 1, 3, 1, 6).expand(
+        2, 3, 2, 3, 3, 2, 6).reshape(maps.shape) / 6
+    torch.testing.assert_close(
+        grad, (upstream_maps.double() + broadcast).to(torch.bfloat16),
+        rtol=0, atol=0)
+
+
 @pytest.mark.parametrize('query_hw, key_hw', [
     ((4, 6), (2, 3)),    # bins of 2x2 queries, as a reduction ratio gives
     ((5, 7), (3, 4)),    # uneven bins that overlap (ceil / floor edges)

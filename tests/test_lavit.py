@@ -573,14 +573,23 @@ def test_dp_loss_reads_the_probabilities_the_layer_wrote(query_hw, key_hw):
 
 def test_la_layers_hand_their_softmax_to_the_dp_loss(dp_loss_calls):
     """In a training pass each LA layer gives the DP loss the map its
-    eager softmax wrote (the loss computes no softmax of its own), and the
-    loss is the loss of its logits."""
+    eager softmax wrote (the loss computes no softmax of its own), its
+    queries pooled onto the key grid where the grids differ (beside the
+    product with the values, which then reads the map through the
+    pooling), and the loss is the loss of its logits."""
+    from vitattn_mm.ops import pool_queries
     torch.manual_seed(0)
     model = LaViT(TINY).train()
     model(torch.randn(1, 3, 64, 96))
     assert len(dp_loss_calls) == 3
-    for logits, probs in dp_loss_calls:
-        torch.testing.assert_close(probs, logits.softmax(-1))
+    pooled = 0
+    for logits, query_hw, key_hw, probs in dp_loss_calls:
+        expected = logits.softmax(-1)
+        if tuple(query_hw) != tuple(key_hw):
+            expected = pool_queries(expected, query_hw, key_hw)
+            pooled += 1
+        torch.testing.assert_close(probs, expected)
+    assert pooled == 2
 
 # ------------------------------------------------- aux loss in training
 def test_backbone_keeps_dp_loss_only_while_training():

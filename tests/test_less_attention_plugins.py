@@ -271,9 +271,9 @@ def test_window_la_layers_hand_the_dp_loss_their_unmasked_softmax(
     # Stage 3's LA layer in shifted windows (a 14 x 14 grid), the others
     # in plain ones.
     model(torch.randn(1, 3, 224, 224))
-    given = [probs is not None for _, probs in dp_loss_calls]
+    given = [probs is not None for *_, probs in dp_loss_calls]
     assert any(given) and not all(given), given
-    for logits, probs in dp_loss_calls:
+    for logits, *_, probs in dp_loss_calls:
         if probs is not None:
             torch.testing.assert_close(probs, logits.softmax(-1))
 

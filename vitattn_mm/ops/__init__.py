@@ -5,7 +5,8 @@ from .backend import (BACKENDS, check_backend, eager_attention,
                       kernels_run_on, uses_fused_op)
 from .diagonality_loss import (MAX_SIDE, diagonality_loss_eager,
                                diagonality_loss_op, diagonality_terms,
-                               pool_queries, pooled_diagonality_loss_eager,
+                               pool_queries, pool_queries_in_passing,
+                               pooled_diagonality_loss_eager,
                                pooled_diagonality_loss_op, pooled_op_takes)
 from .focusing import focused_features
 from .linear_attention import (focused_linear_attention_eager,
@@ -29,6 +30,7 @@ __all__ = [
     'score_conv_eager', 'score_conv_op', 'apply_probabilities',
     'softmax_apply_eager', 'softmax_apply_op', 'MAX_SIDE',
     'diagonality_loss_eager', 'diagonality_loss_op', 'diagonality_terms',
-    'pool_queries', 'pooled_diagonality_loss_eager',
+    'pool_queries', 'pool_queries_in_passing',
+    'pooled_diagonality_loss_eager',
     'pooled_diagonality_loss_op', 'pooled_op_takes'
 ]

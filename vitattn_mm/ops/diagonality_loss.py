@@ -232,46 +232,71 @@ def pool_queries(maps: torch.Tensor, query_hw: Sequence[int],
     The adaptive pooling, the general route (and the one a captured graph
     takes), needs the maps transposed: a copy each way.
     """
-    B, h, _, Nk = maps.shape
+    return pool_queries_in_passing(maps, query_hw, key_hw)[1]
+
+
+def pool_queries_in_passing(maps: torch.Tensor, query_hw: Sequence[int],
+                            key_hw: Sequence[int]):
+    """``maps`` for another use, and :func:`pool_queries` of them.
+
+    The maps returned are the maps (a view of them). By blocks both come
+    from :class:`QueryBlockMean`, whose backward adds the pooled map's
+    gradient into the other use's as it reads it, in one pass: where the
+    map has two uses (an LA layer's softmax, applied to its values and
+    pooled for the Diagonality-Preserving loss) autograd would write the
+    pooled map's gradient as a map and add the two, a pass and an op
+    more.
+    """
+    B, h, Nq, Nk = maps.shape
     (Hq, Wq), (Hk, Wk) = query_hw, key_hw
     dtype = torch.promote_types(maps.dtype, torch.float32)
     if not capturing() and Hq % Hk == 0 and Wq % Wk == 0:
         blocks = maps.view(B, h, Hk, Hq // Hk, Wk, Wq // Wk, Nk)
-        return QueryBlockMean.apply(blocks, dtype).view(B, h, Nk, Nk)
+        passed, pooled = QueryBlockMean.apply(blocks, dtype)
+        return passed.view(B, h, Nq, Nk), pooled.view(B, h, Nk, Nk)
     columns = maps.transpose(-2, -1).to(
         dtype, memory_format=torch.contiguous_format)
-    return F.adaptive_avg_pool2d(columns.view(B * h, Nk, *query_hw),
-                                 tuple(key_hw)).reshape(
-                                     B, h, Nk, Nk).transpose(-2, -1)
+    return maps, F.adaptive_avg_pool2d(
+        columns.view(B * h, Nk, *query_hw),
+        tuple(key_hw)).reshape(B, h, Nk, Nk).transpose(-2, -1)
 
 
 class QueryBlockMean(torch.autograd.Function):
-    """The mean of ``(B, h, Hk, bh, Wk, bw, N_k)`` blocks of maps over
-    their queries (dims 3 and 5), accumulated and written in ``dtype``.
-    Its gradient is one pass: the pooled gradient read as a broadcast,
-    divided by the block's size and written in the maps' dtype. (Autograd
-    differentiates a mean or sum with a ``dtype`` by writing the
-    broadcast in fp32, then casting it, and dividing takes one more pass
-    over the pooled map each way: LaViT-S's projected step 0.3 ms and 8
-    ops more.)
+    """``(B, h, Hk, bh, Wk, bw, N_k)`` blocks of maps as they are, and
+    their mean over the queries (dims 3 and 5), accumulated and written
+    in ``dtype``.
+
+    The mean's gradient is one pass: the pooled gradient read as a
+    broadcast, divided by the block's size and written in the maps'
+    dtype (autograd differentiates a mean or sum with a ``dtype`` by
+    writing the broadcast in fp32, then casting it, and dividing takes
+    one more pass over the pooled map each way: LaViT-S's projected step
+    0.3 ms and 8 ops more). Where the maps returned have a gradient too
+    (their other use), the pass adds that, in fp32, rounded once.
     """
 
     @staticmethod
-    def forward(blocks: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        return blocks.mean((3, 5), dtype=dtype)
+    def forward(blocks: torch.Tensor, dtype: torch.dtype):
+        return blocks, blocks.mean((3, 5), dtype=dtype)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         blocks, _ = inputs
         ctx.shape, ctx.dtype = blocks.shape, blocks.dtype
+        ctx.set_materialize_grads(False)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx, grad_blocks, grad):
+        if grad is None:
+            return grad_blocks, None
         shape = ctx.shape
         broadcast = grad[:, :, :, None, :, None].expand(shape)
-        return torch.div(broadcast, shape[3] * shape[5],
-                         out=grad.new_empty(shape, dtype=ctx.dtype)), None
+        out = grad.new_empty(shape, dtype=ctx.dtype)
+        if grad_blocks is None:
+            return torch.div(broadcast, shape[3] * shape[5], out=out), None
+        return torch.add(grad_blocks, broadcast,
+                         alpha=1 / (shape[3] * shape[5]), out=out), None
 
 
 def pooled_diagonality_loss_eager(logits: torch.Tensor,
@@ -284,8 +309,11 @@ def pooled_diagonality_loss_eager(logits: torch.Tensor,
     ``N_k x N_k`` map per head), eagerly (fp32). Given ``probs``, the
     softmax of the logits that the layer wrote (in its dtype, bf16 under
     autocast), the pooling reads them instead of an fp32 softmax of the
-    logits computed again."""
+    logits computed again; given them pooled already (``(B, heads, N_k,
+    N_k)``, :func:`pool_queries_in_passing`), the loss reads those."""
     with full_precision(logits):
+        if probs is not None and probs.shape[-2] != logits.shape[-2]:
+            return diagonality_terms(probs)
         maps = logits.float().softmax(dim=-1) if probs is None else probs
         return diagonality_terms(pool_queries(maps, query_hw, key_hw))
 

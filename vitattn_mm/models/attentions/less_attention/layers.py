@@ -17,7 +17,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
-from ....ops import (apply_probabilities, check_backend, softmax_apply_op,
+from ....ops import (apply_probabilities, check_backend,
+                     pool_queries_in_passing, softmax_apply_op,
                      uses_fused_op)
 from ....registry import ATTENTIONS
 from ...layers.padding import grid_after_stride
@@ -36,19 +37,25 @@ from .transforms import build_attention_transform
 
 def apply_softmax(logits: torch.Tensor, v: torch.Tensor,
                   mask: Optional[torch.Tensor], dropout_p: float,
-                  backend: str
+                  backend: str,
+                  pool_grids: Optional[Tuple[Grid, Grid]] = None
                   ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``softmax(logits + mask) v``, and the probability map where one is
     written: the fused op (no map stored; None) where ``backend`` chooses
     it, unless the attention weights are dropped out or the mask is
     boolean (the op takes neither); else the eager composition, whose map
     (before dropout) the Diagonality-Preserving loss reads rather than
-    computing a softmax of the logits again."""
+    computing a softmax of the logits again. Given ``pool_grids`` (the
+    query and key grids), that map comes with its queries pooled onto
+    the key grid, as the loss reads it (:func:`pool_queries_in_passing`:
+    its gradient added into the product's in the same pass)."""
     fusable = not dropout_p and (mask is None or mask.is_floating_point())
     if fusable and uses_fused_op(backend, logits.device, v.dtype):
         return softmax_apply_op(logits, v, mask), None
-    probs = masked_softmax(logits, mask)
-    return apply_probabilities(probs, v, dropout_p), probs
+    probs = kept = masked_softmax(logits, mask)
+    if pool_grids is not None:
+        probs, kept = pool_queries_in_passing(probs, *pool_grids)
+    return apply_probabilities(probs, v, dropout_p), kept
 
 
 @ATTENTIONS.register_module()
@@ -281,12 +288,18 @@ class LessAttention(SpatialReduction):
         v_tokens, v_hw = self.reduce(x, hw_shape)
         v = split_heads(self.v(v_tokens), self.num_heads)
         logits = self.transform(state.scores(), tuple(hw_shape), v_hw)
+        collect = self.dp_loss_weight > 0 and self.training and \
+            torch.is_grad_enabled()
+        # The bounded loss reads the map with its queries pooled onto the
+        # key grid: pooled here, beside the product with the values.
+        pool = collect and mask is None and \
+            self.dp_loss_form == 'bounded' and tuple(hw_shape) != v_hw
         out, probs = apply_softmax(logits, v, mask,
                                    self.attn_drop if self.training else 0.,
-                                   self.attn_backend)
+                                   self.attn_backend,
+                                   (tuple(hw_shape), v_hw) if pool else None)
         maps = state.maps
-        if self.dp_loss_weight > 0 and self.training and \
-                torch.is_grad_enabled():
+        if collect:
             # The loss reads the map without the shift mask: a masked
             # softmax's is not the one it measures.
             maps = maps + (DiagonalityMap(

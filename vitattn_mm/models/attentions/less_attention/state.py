@@ -13,7 +13,8 @@ class DiagonalityMap(NamedTuple):
     and grids, the loss's ``weight`` and ``form`` (a key of
     :data:`DP_LOSS_FORMS`), the layer's ``attn_backend`` (which may
     compute the loss with a fused op) and the probabilities its eager
-    softmax wrote (None where none was, or where it read the shift mask
+    softmax wrote, with the queries pooled onto the key grid where the
+    loss pools them (None where none was, or where it read the shift mask
     that the loss leaves out)."""
     logits: torch.Tensor
     query_hw: Grid
