@@ -81,11 +81,14 @@ def _focus(x: torch.Tensor, s: torch.Tensor, p: float, dims: Dims):
     of ``a`` over the channel ``dims``."""
     # ReLU in the input's dtype (exact), then fp32 by promotion in the
     # one pass that adds eps / s and divides by s: no pass of its own for
-    # the cast, nor one for the addition. (ONNX has no addcdiv; a captured
-    # graph fuses the two ops anyway.)
-    eps = s.new_full((1, ), 1e-6)
-    a = (F.relu(x) + eps) / s if capturing() else \
-        torch.addcdiv(eps / s, F.relu(x), s)
+    # the cast, nor one for the addition; eps / s one op, the scalar
+    # wrapped. (ONNX has no addcdiv; a captured graph fuses the two ops
+    # anyway, and adds eps as an fp32 tensor: a Python scalar would leave
+    # a bf16 ReLU in bf16.)
+    if capturing():
+        a = (F.relu(x) + s.new_full((1, ), 1e-6)) / s
+    else:
+        a = torch.addcdiv(torch.div(1e-6, s), F.relu(x), s)
     r = torch.linalg.vector_norm(a, dim=dims, keepdim=True)
     f = a**p
     return f * (r / torch.linalg.vector_norm(f, dim=dims, keepdim=True)), a, r
