@@ -689,7 +689,10 @@ def test_focused_features_backward_in_closed_form(p, dtype, head_major):
     g = torch.randn(2, 9, 24)
     dims = (-1, )
     if head_major:
-        x, s, g = (t.unflatten(-1, (3, 8)).transpose(1, 2) for t in (x, s, g))
+        # (contiguous, as the joint route's features are)
+        x, s, g = (t.unflatten(-1, (3, 8)).transpose(1, 2).contiguous()
+                   for t in (x.detach(), s.detach(), g))
+        x.requires_grad_(), s.requires_grad_()
         dims = (1, 3)
     ours = FocusedFeatures.apply(x, s, p, dims)[0]
     reference = focused_features_ops(x, s, p, dims)

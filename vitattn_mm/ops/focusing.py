@@ -147,5 +147,19 @@ class FocusedFeatures(torch.autograd.Function):
             grad_x = torch.ops.aten.threshold_backward.grad_input(
                 grad, x, 0, grad_input=torch.empty_like(x))
         if ctx.needs_input_grad[1]:
-            grad_s = -(grad * a).sum_to_size(s.shape)
+            grad_s = _channel_sums(grad, a, s.shape).neg()
         return grad_x, grad_s, None, None
+
+
+def _channel_sums(u: torch.Tensor, v: torch.Tensor, shape) -> torch.Tensor:
+    """``(u * v)`` summed to ``shape``, the divisor's. Of head-major
+    ``(B, heads, N, d)`` maps with one divisor per head and channel (the
+    joint route's), the diagonals of each head's ``d x d`` product ``u^T
+    v``, summed over the images: one product that reads both maps, where
+    a product of the maps writes one and its sum reads it again (its
+    FLOPs, ``d`` per entry, are far below the bytes' time; in TF32 where
+    the user allows it, as the attention's own products)."""
+    if u.dim() == 4 and tuple(shape) == (1, u.shape[1], 1, u.shape[3]):
+        return (u.transpose(-2, -1) @ v).diagonal(
+            dim1=-2, dim2=-1).sum(0).view(shape)
+    return (u * v).sum_to_size(shape)
