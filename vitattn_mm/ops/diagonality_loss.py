@@ -239,9 +239,10 @@ def pool_queries_in_passing(maps: torch.Tensor, query_hw: Sequence[int],
                             key_hw: Sequence[int]):
     """``maps`` for another use, and :func:`pool_queries` of them.
 
-    The maps returned are the maps (a view of them). By blocks both come
-    from :class:`QueryBlockMean`, whose backward adds the pooled map's
-    gradient into the other use's as it reads it, in one pass: where the
+    The maps returned are the maps (as they are or a view). By blocks
+    both come from :class:`QueryBlockMean`, whose backward adds the
+    pooled map's gradient into the other use's as it reads it, in one
+    pass: where the
     map has two uses (an LA layer's softmax, applied to its values and
     pooled for the Diagonality-Preserving loss) autograd would write the
     pooled map's gradient as a map and add the two, a pass and an op
