@@ -537,10 +537,13 @@ def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch(
     # output's one, straight into the product's gradient.
     assert backward.count('aten::div.Tensor') == 4
     # The focusing gradient from the features the products keep: no power
-    # recomputed; three products (y . g, b a, the scale's) and the
-    # products' one.
+    # recomputed; two products (y . g, b a) and the products' one; the
+    # scale's gradient one batched product of the maps with no map
+    # written (the products' four besides).
     assert 'aten::pow.Tensor_Scalar' not in backward
-    assert backward.count('aten::mul.Tensor') == 4
+    assert backward.count('aten::mul.Tensor') == 3
+    assert backward.count('aten::bmm') + backward.count('aten::bmm.out') \
+        == 5
     assert backward.count('aten::div.out') == 1
     # The one of the projection's keys and values (chunk's gradient).
     assert backward.count('aten::cat') == 1
@@ -633,3 +636,40 @@ def test_mean_shift_logit_term_is_written_once():
     for name in ('aten::constant_pad_nd', 'aten::slice_backward',
                  'aten::masked_fill_.Scalar', 'aten::div.Tensor'):
         assert name not in every, name
+
+
+@pytest.mark.parametrize('cfg', [
+    dict(type='SpatialReductionAttention', sr_ratio=1),
+    dict(type='SpatialReductionAttention', sr_ratio=2),
+    dict(type='FocusedLinearAttention', sr_ratio=1, grid_size=(8, 12)),
+    dict(type='FocusedLinearAttention', sr_ratio=2, grid_size=(8, 12)),
+])
+def test_tokens_for_two_projections_are_cast_once_each_way(
+        monkeypatch, cfg):
+    """fp32 tokens that reach q and kv (or q and the reduction) under bf16
+    autocast: one cast of the token map fewer each way than autocast's
+    own casts take (one for each op, and autograd casts each gradient
+    back)."""
+    from vitattn_mm.models.attentions import focused_linear, \
+        spatial_reduction
+    from vitattn_mm.registry import ATTENTIONS
+    attn = ATTENTIONS.build(dict(cfg, embed_dims=32, num_heads=2)).to(
+        'meta')
+    tokens = torch.empty(2, 8 * 12, 32, device='meta', requires_grad=True)
+
+    def token_casts():
+        recorder = cm.StepRecorder()
+        with recorder, cm.MetaAutocast():
+            x = tokens * 1  # activations: autocast caches a leaf's cast
+            with torch.autocast('cpu', dtype=torch.bfloat16):
+                out = attn(x, (8, 12))[0]
+            recorder.phase = 'backward'
+            out.sum().backward()
+        phases = [r.phase for r in recorder.ops if r.name == 'aten::_to_copy'
+                  and r.nbytes == (4 + 2) * tokens.numel()]
+        return phases.count('forward'), phases.count('backward')
+
+    forward, backward = token_casts()
+    for module in (focused_linear, spatial_reduction):
+        monkeypatch.setattr(module, 'autocast_once', lambda x: (x, x))
+    assert token_casts() == (forward + 1, backward + 1)

@@ -221,3 +221,38 @@ def test_pass_on_gives_what_an_attention_takes_and_refuses_the_rest():
     assert cfg == dict(attn_drop=0.1)
     with pytest.raises(ValueError, match='sr_ratio=2 cannot be honoured'):
         pass_on({}, OurWindowMSA, sr_ratio=2)
+
+
+@pytest.mark.parametrize('uses', ['both', 'first', 'second'])
+def test_autocast_once_gives_autocasts_values_and_gradients(uses):
+    """Tokens that reach two projections under bf16 autocast, cast once
+    (``autocast_once``, as SpatialReductionAttention's and FLatten's
+    q / kv take them): the projections' outputs and every gradient are
+    bitwise autograd's through autocast's two casts, with either output
+    alone too; without autocast the tokens pass as they are."""
+    from vitattn_mm.models.layers.common import autocast_once
+    torch.manual_seed(0)
+    q, kv = torch.nn.Linear(16, 16), torch.nn.Linear(16, 32)
+    tokens = torch.randn(2, 7, 16, requires_grad=True)
+    results = []
+    for once in (True, False):
+        # Activations, not a leaf (whose cast autocast would cache).
+        x = tokens * 1
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            a, b = autocast_once(x) if once else (x, x)
+            if once:
+                assert a.dtype == b.dtype == torch.bfloat16
+            outs = {'first': [q(a)], 'second': [kv(b)]}
+            outs['both'] = outs['first'] + outs['second']
+            loss = sum((o.float() * o.float().cos()).sum()
+                       for o in outs[uses])
+        results.append((outs[uses], torch.autograd.grad(
+            loss, [tokens, *q.parameters(), *kv.parameters()],
+            allow_unused=True)))
+    (outs, grads), (outs_ref, grads_ref) = results
+    for got, want in zip(outs + list(grads), outs_ref + list(grads_ref)):
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert got.dtype == want.dtype and torch.equal(got, want)
+    a, b = autocast_once(x)
+    assert a is x and b is x

@@ -15,7 +15,7 @@ from ...registry import ATTENTIONS
 from ...ops import (check_backend, focused_features,
                     focused_linear_attention_eager,
                     focused_linear_attention_op, uses_fused_op)
-from ..layers.common import nchw_to_nlc, nlc_to_nchw
+from ..layers.common import autocast_once, nchw_to_nlc, nlc_to_nchw
 from ..layers.pos_embed import ResizablePosEmbed
 from .base import (NO_ATTENTION_WEIGHTS, AttentionOutput, Grid,
                    QueryAttention, TokenAttention)
@@ -134,8 +134,10 @@ class FocusedLinearAttention(TokenAttention):
     def forward(self, x: torch.Tensor, hw_shape: Grid,
                 state=None) -> AttentionOutput:
         """``(B, H*W, C)`` tokens on an ``(H, W)`` grid -> same shape."""
+        # The tokens reach two projections (or one and the reduction).
+        x, x_keys = autocast_once(x)
         q = self.q(x)
-        kv, kv_hw = self._keys_values(x, hw_shape)
+        kv, kv_hw = self._keys_values(x_keys, hw_shape)
         # The depthwise conv runs on the values, on the query grid: taken
         # from the kv tokens as they are, unless they must be upsampled
         # (spatial reduction) or LePE reads the same map.

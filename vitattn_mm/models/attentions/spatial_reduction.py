@@ -6,7 +6,7 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
 from ...registry import ATTENTIONS
-from ..layers.common import nchw_to_nlc, nlc_to_nchw
+from ..layers.common import autocast_once, nchw_to_nlc, nlc_to_nchw
 from ..layers.padding import pad_corner
 from .base import (AttentionOutput, Grid, QueryAttention, TokenAttention,
                    argument_value)
@@ -140,7 +140,9 @@ class SpatialReductionAttention(SpatialReduction):
 
     def project(self, x: torch.Tensor, hw_shape: Grid) -> Tuple:
         """Heads of q, k, v and the key grid."""
-        kv_tokens, kv_hw = self.reduce(x, hw_shape)
+        # The tokens reach two projections (or one and the reduction).
+        x, x_reduced = autocast_once(x)
+        kv_tokens, kv_hw = self.reduce(x_reduced, hw_shape)
         k, v = self.kv(kv_tokens).chunk(2, dim=-1)
         return (split_heads(self.q(x), self.num_heads),
                 split_heads(k, self.num_heads),

@@ -6,6 +6,8 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
+from .size_aware import capturing
+
 
 def nlc_to_nchw(x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
     """``(B, H*W, C)`` tokens -> a ``(B, C, H, W)`` map."""
@@ -53,6 +55,44 @@ def full_precision(x: torch.Tensor):
     """
     return torch.autocast('cpu' if x.is_meta else x.device.type,
                           enabled=False)
+
+
+def autocast_once(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``x`` for two ops that autocast runs in its lower precision (two
+    projections of the same tokens), cast once: under autocast an fp32
+    ``x`` becomes two tensors of autocast's dtype, one cast, whose
+    gradients are summed in fp32 by one op (:class:`_CastOnce`), the
+    values autograd gives after autocast's two casts of ``x``, with one
+    cast fewer each way. Otherwise (no autocast, ``x`` not fp32, a graph
+    being captured: a compiler merges the casts) ``x`` twice."""
+    device = 'cpu' if x.is_meta else x.device.type
+    if x.dtype != torch.float32 or capturing() or \
+            not torch.is_autocast_enabled(device):
+        return x, x
+    return _CastOnce.apply(x, torch.get_autocast_dtype(device))
+
+
+class _CastOnce(torch.autograd.Function):
+    """:func:`autocast_once`'s cast: its two outputs are one tensor."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, dtype: torch.dtype):
+        y = x.to(dtype)
+        return y, y.view_as(y)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dtype = inputs[0].dtype
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad: Optional[torch.Tensor],
+                 other: Optional[torch.Tensor]):
+        if grad is None or other is None:
+            grad = other if grad is None else grad
+            return None if grad is None else grad.to(ctx.dtype), None
+        # x's dtype by promotion: the sum of the two upcast gradients.
+        return torch.add(grad.to(ctx.dtype), other), None
 
 
 class LinspaceOnCPU(TorchFunctionMode):
