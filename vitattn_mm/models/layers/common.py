@@ -88,11 +88,13 @@ class _CastOnce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Optional[torch.Tensor],
                  other: Optional[torch.Tensor]):
-        if grad is None or other is None:
-            grad = other if grad is None else grad
-            return None if grad is None else grad.to(ctx.dtype), None
+        if grad is None:
+            grad, other = other, None
+        if grad is None:
+            return None, None
+        grad = grad.to(ctx.dtype)
         # x's dtype by promotion: the sum of the two upcast gradients.
-        return torch.add(grad.to(ctx.dtype), other), None
+        return (grad if other is None else torch.add(grad, other)), None
 
 
 class LinspaceOnCPU(TorchFunctionMode):
