@@ -82,13 +82,14 @@ def dp_loss_calls(monkeypatch):
     handed over, or None), recorded as the state computes them."""
     from vitattn_mm.models.attentions.less_attention import state
     calls = []
-    bounded = state.DP_LOSS_FORMS['bounded']
+    mean_loss = state.mean_diagonality_preserving_loss
 
-    def spy(logits, query_hw, key_hw, attn_backend, probs):
-        calls.append((logits, query_hw, key_hw, probs))
-        return bounded(logits, query_hw, key_hw, attn_backend, probs)
+    def spy(maps):
+        calls.extend((logits, query_hw, key_hw, probs)
+                     for logits, query_hw, key_hw, _, _, probs in maps)
+        return mean_loss(maps)
 
-    monkeypatch.setitem(state.DP_LOSS_FORMS, 'bounded', spy)
+    monkeypatch.setattr(state, 'mean_diagonality_preserving_loss', spy)
     return calls
 
 

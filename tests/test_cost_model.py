@@ -425,6 +425,27 @@ def test_dp_loss_of_the_layers_map_computes_no_softmax(query_hw, key_hw):
             r.phase == 'forward' and r.nbytes >= 4 * (2 * 3 * Nk * Nk)] == []
 
 
+
+def test_dp_loss_of_a_stages_maps_is_one_call():
+    """The DP loss of a stage's LA maps (one shape, one weight), eagerly:
+    four maps take the ops one does, and a copy that stacks them (one
+    call of the terms, where each map's were some 25 ops, most on a few
+    numbers per row)."""
+    from vitattn_mm.models.attentions.less_attention.loss import \
+        mean_diagonality_preserving_loss
+
+    def ops_of(count):
+        def step(*probs):
+            return mean_diagonality_preserving_loss(
+                [(p, (6, 6), (6, 6), 0.1, 'eager', p) for p in probs])
+        return names(record_bf16(step, *[(2, 3, 36, 36)] * count))
+
+    one, four = ops_of(1), ops_of(4)
+    assert len(one) > 20
+    assert sorted(four) == sorted(one + ['aten::stack']), \
+        set(four) ^ set(one)
+
+
 @pytest.mark.parametrize('pooled_in_passing', [True, False])
 def test_pooled_dp_map_adds_its_gradient_in_passing(pooled_in_passing):
     """An LA layer's map with queries on a grid the key grid divides

@@ -571,6 +571,47 @@ def test_dp_loss_reads_the_probabilities_the_layer_wrote(query_hw, key_hw):
     assert cosine > 0.95, cosine
 
 
+
+def test_dp_loss_of_a_stages_maps_is_each_maps_loss():
+    """The mean over LA maps takes the eager maps of one shape, dtype and
+    weight in one call (stacked); its value and every gradient are those
+    of each map's loss, weighted and averaged (fp64: rtol 1e-12). Maps
+    of three shapes, pooled and square, given as probabilities (pooled or
+    not) or as logits alone, two weights."""
+    from vitattn_mm.models.attentions.less_attention.loss import \
+        mean_diagonality_preserving_loss
+    from vitattn_mm.ops import pool_queries
+    g = torch.Generator().manual_seed(0)
+
+    def logits(Nq, Nk, heads=2):
+        return (torch.randn(2, heads, Nq, Nk, generator=g, dtype=torch.double)
+                * 2).requires_grad_()
+
+    pooled, square = ((8, 12), (4, 6)), ((4, 6), (4, 6))
+    entries = [logits(96, 24) for _ in range(3)] + [logits(24, 24)
+                                                    for _ in range(3)]
+    grids = [pooled] * 3 + [square] * 3
+    probs = [pool_queries(entries[0].softmax(-1), *pooled),
+             entries[1].softmax(-1), None, entries[3].softmax(-1), None,
+             entries[5].softmax(-1)]
+    weights = [0.1, 0.1, 0.1, 0.1, 0.1, 0.3]
+    # A third shape: three heads.
+    entries.append(logits(24, 24, heads=3))
+    grids.append(square)
+    probs.append(None)
+    weights.append(0.1)
+    maps = [(x, *hw, w, 'eager', p)
+            for x, hw, w, p in zip(entries, grids, weights, probs)]
+    expected = sum(w * diagonality_preserving_loss(x, *hw, probs=p)
+                   for x, hw, w, p in zip(entries, grids, weights, probs)
+                   ) / len(maps)
+    got = mean_diagonality_preserving_loss(maps)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+    for a, b in zip(torch.autograd.grad(got, entries, retain_graph=True),
+                    torch.autograd.grad(expected, entries)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-15)
+
+
 def test_la_layers_hand_their_softmax_to_the_dp_loss(dp_loss_calls):
     """In a training pass each LA layer gives the DP loss the map its
     eager softmax wrote (the loss computes no softmax of its own), its

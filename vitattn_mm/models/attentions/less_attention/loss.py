@@ -1,13 +1,12 @@
 """The Diagonality-Preserving loss of Less-Attention maps (paper Eq. 8-10),
 in our bounded form and as the paper prints it."""
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
 from ....ops import (MAX_SIDE, diagonality_loss_op, diagonality_terms,
-                     pool_queries, pooled_diagonality_loss_eager,
-                     pooled_diagonality_loss_op, pooled_op_takes,
-                     uses_fused_op)
+                     pool_queries, pooled_diagonality_loss_op,
+                     pooled_op_takes, uses_fused_op)
 from ...layers.common import full_precision
 from ..base import Grid
 
@@ -54,19 +53,73 @@ def diagonality_preserving_loss(logits: torch.Tensor,
     Returns:
         Tensor: fp32 scalar, symmetry + diagonality terms.
     """
-    square = tuple(query_hw) == tuple(key_hw)
-    if uses_fused_op(attn_backend, logits.device):
-        if square and logits.shape[-1] <= MAX_SIDE:
-            return diagonality_loss_op(logits)
-        # Larger square maps too: pooled onto their own grid, bins of one.
-        if pooled_op_takes(query_hw, key_hw):
-            return pooled_diagonality_loss_op(logits, list(query_hw),
-                                              list(key_hw))
-    if not square:
-        return pooled_diagonality_loss_eager(logits, query_hw, key_hw, probs)
+    loss = fused_diagonality_loss(logits, query_hw, key_hw, attn_backend)
+    if loss is not None:
+        return loss
     with full_precision(logits):
-        return diagonality_terms(logits.float().softmax(dim=-1)
-                                 if probs is None else probs)
+        return diagonality_terms(
+            eager_diagonality_map(logits, query_hw, key_hw, probs))
+
+
+def fused_diagonality_loss(logits: torch.Tensor, query_hw: Grid,
+                           key_hw: Grid,
+                           attn_backend: str) -> Optional[torch.Tensor]:
+    """:func:`diagonality_preserving_loss` by a fused op, where
+    ``attn_backend`` chooses one and one takes the map; else None."""
+    if not uses_fused_op(attn_backend, logits.device):
+        return None
+    if tuple(query_hw) == tuple(key_hw) and logits.shape[-1] <= MAX_SIDE:
+        return diagonality_loss_op(logits)
+    # Larger square maps too: pooled onto their own grid, bins of one.
+    if pooled_op_takes(query_hw, key_hw):
+        return pooled_diagonality_loss_op(logits, list(query_hw),
+                                          list(key_hw))
+    return None
+
+
+def eager_diagonality_map(logits: torch.Tensor, query_hw: Grid,
+                          key_hw: Grid,
+                          probs: Optional[torch.Tensor] = None
+                          ) -> torch.Tensor:
+    """The row-stochastic ``(B, heads, N_k, N_k)`` map whose terms the
+    eager loss takes: ``probs`` (pooled onto the key grid already, or
+    pooled here where the grids differ), else an fp32 softmax of the
+    logits, pooled likewise."""
+    square = tuple(query_hw) == tuple(key_hw)
+    if probs is not None and (square or probs.shape[-2] != logits.shape[-2]):
+        return probs
+    with full_precision(logits):
+        maps = logits.float().softmax(dim=-1) if probs is None else probs
+        return maps if square else pool_queries(maps, query_hw, key_hw)
+
+
+def mean_diagonality_preserving_loss(maps: Sequence[tuple]
+                                     ) -> torch.Tensor:
+    """The mean of :func:`diagonality_preserving_loss` over ``maps``,
+    each weighted: ``(logits, query_hw, key_hw, weight, attn_backend,
+    probs)`` each.
+
+    The eager loss's maps of one shape, dtype and weight (a stage's LA
+    layers) are stacked and their terms taken in one call: a map's terms
+    are a mean over its rows, so the stack's mean is the maps' mean. Each
+    call is some 25 ops, most of them on a few numbers per row, and a
+    GPU's eager step at a detector's batch is bound by their launches
+    (LaViT-S: 6 maps, 2 calls). The stack is one copy of the maps."""
+    total, groups = [], {}
+    for logits, query_hw, key_hw, weight, attn_backend, probs in maps:
+        loss = fused_diagonality_loss(logits, query_hw, key_hw,
+                                      attn_backend)
+        if loss is not None:
+            total.append(weight * loss)
+            continue
+        m = eager_diagonality_map(logits, query_hw, key_hw, probs)
+        groups.setdefault((m.shape, m.dtype, m.device, weight),
+                          []).append(m)
+    for (*_, weight), group in groups.items():
+        stacked = group[0] if len(group) == 1 else torch.stack(group)
+        with full_precision(stacked):
+            total.append(weight * len(group) * diagonality_terms(stacked))
+    return sum(total) / len(maps)
 
 
 def paper_diagonality_loss(logits: torch.Tensor,

@@ -5,7 +5,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from ..base import AttentionState, Grid
-from .loss import DP_LOSS_FORMS
+from .loss import DP_LOSS_FORMS, mean_diagonality_preserving_loss
 
 
 class DiagonalityMap(NamedTuple):
@@ -94,19 +94,20 @@ class LessAttentionState(AttentionState):
 
     def aux_losses(self) -> dict:
         """``loss_dp``: the LA maps' weighted Diagonality-Preserving
-        losses (none without maps): their mean for the bounded form, their
-        sum (paper Eq. 10) for the paper's."""
+        losses (none without maps): their mean for the bounded form
+        (:func:`mean_diagonality_preserving_loss`, which takes a stage's
+        maps in one call), their sum (paper Eq. 10) for the paper's."""
         if not self.maps:
             return {}
-        terms = {form: [] for form in DP_LOSS_FORMS}
-        for entry in self.maps:
-            m = DiagonalityMap(*entry)
-            terms[m.form].append(m.weight * DP_LOSS_FORMS[m.form](
-                m.logits, m.query_hw, m.key_hw, attn_backend=m.attn_backend,
-                probs=m.probs))
-        total = sum(terms['paper'])
-        if terms['bounded']:
-            total = total + sum(terms['bounded']) / len(terms['bounded'])
+        maps = [DiagonalityMap(*entry) for entry in self.maps]
+        total = sum(m.weight * DP_LOSS_FORMS[m.form](
+            m.logits, m.query_hw, m.key_hw, attn_backend=m.attn_backend,
+            probs=m.probs) for m in maps if m.form != 'bounded')
+        bounded = [(m.logits, m.query_hw, m.key_hw, m.weight,
+                    m.attn_backend, m.probs) for m in maps
+                   if m.form == 'bounded']
+        if bounded:
+            total = total + mean_diagonality_preserving_loss(bounded)
         return {'loss_dp': total}
 
 
