@@ -565,9 +565,53 @@ def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch(
     assert backward.count('aten::mul.Tensor') == 3
     assert backward.count('aten::bmm') + backward.count('aten::bmm.out') \
         == 5
-    assert backward.count('aten::div.out') == 1
+    # The output's and the normaliser's, straight into the product's
+    # gradient.
+    assert backward.count('aten::div.out') == 2
     # The one of the projection's keys and values (chunk's gradient).
     assert backward.count('aten::cat') == 1
+
+
+@pytest.mark.parametrize('sr_ratio', [8, 1])
+def test_flatten_output_and_conv_are_summed_in_the_normalising_pass(
+        sr_ratio):
+    """FLatten's eager step under bf16 autocast on the meta device (a
+    GPU's route): the normaliser's division writes the attention's fp32
+    output plus the depthwise conv, heads merged, in bf16 (one op that
+    reads the product and the conv and writes the bf16 tokens); no fp32
+    output map is written, cast or added, nor its gradient cast back
+    (two ops forward and one backward fewer than the division, the cast
+    and the addition, and some six fp32 maps of traffic)."""
+    from vitattn_mm.models.attentions.focused_linear import \
+        FocusedLinearAttention
+    with torch.device('meta'):
+        attn = FocusedLinearAttention(64, 2, grid_size=(56, 56),
+                                      sr_ratio=sr_ratio,
+                                      attn_backend='eager')
+    x = torch.empty(2, 56 * 56, 64, device='meta', dtype=torch.bfloat16,
+                    requires_grad=True)
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out, _ = attn(x, (56, 56))
+        recorder.phase = 'backward'
+        out.mean().backward()
+    assert out.dtype == torch.bfloat16
+    tokens = 2 * 56 * 56 * 64  # the output's entries
+    product = 4 * 2 * 56 * 56 * (64 + 2)  # the fp32 product [o, m]
+    written, = [r for r in recorder.ops if r.name == 'aten::addcdiv.out']
+    # the product (its normaliser column the divisor), the bf16 conv in,
+    # the bf16 output
+    assert written.phase == 'forward'
+    assert written.nbytes <= product + 2 * 2 * tokens
+    # No cast reads or writes an fp32 map of the output's size (but the
+    # values' gradient, where the values are as many as the tokens); no
+    # sum of the output and the conv as a pass of its own.
+    casts = [r for r in recorder.ops if r.name == 'aten::_to_copy'
+             and r.nbytes >= 4 * tokens]
+    assert len(casts) == (sr_ratio == 1), casts
+    assert not [r for r in recorder.ops if r.name == 'aten::add.Tensor'
+                and r.phase == 'forward' and r.nbytes >= 3 * 2 * tokens]
 
 
 def test_relu_linear_attention_casts_and_scales_in_few_passes():

@@ -142,25 +142,41 @@ def test_normaliser_routes_agree(keys):
 def test_joined_route_is_the_separate_one(monkeypatch, keys):
     """The whole eager attention with queries and keys focused and
     multiplied joined (a GPU's route: one focusing call, the products'
-    gradients written out) and apart (the CPU's): the same output and
-    gradients of q, kv, pos and s, fp64."""
+    gradients written out, the depthwise conv added in the normalising
+    pass) and apart (the CPU's): the same output and gradients of q, kv,
+    pos, s, the conv's map and its weights; fp64 (rtol 1e-10), and bf16
+    tokens (each route rounds the fp32 sum of the attention and the conv
+    once: the output within bf16's tolerance, gradients within 5e-3
+    relative)."""
     from vitattn_mm.ops import focusing
     torch.manual_seed(0)
-    inputs = [torch.randn(2, 63, 16), torch.randn(2, keys, 32),
-              torch.randn(1, keys, 16), torch.rand(1, 1, 16) + 0.5]
-    inputs = [t.double().requires_grad_() for t in inputs]
-    dwc = [torch.randn(8, 1, 5, 5).double(), torch.randn(8).double()]
-    v_map = torch.randn(2, 16, 7, 9).double()
-    results = []
-    for joined in (False, True):
-        monkeypatch.setattr(focusing, 'joins_queries_and_keys',
-                            lambda _: joined)
-        out = focused_linear_attention_eager(*inputs, v_map, *dwc, (7, 9),
-                                             2, 3.)
-        results.append((out, *torch.autograd.grad(out.square().sum(),
-                                                  inputs)))
-    for got, expected in zip(*results):
-        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    base = [torch.randn(2, 63, 16), torch.randn(2, keys, 32),
+            torch.randn(1, keys, 16), torch.rand(1, 1, 16) + 0.5,
+            torch.randn(2, 16, 7, 9), torch.randn(8, 1, 5, 5),
+            torch.randn(8)]
+    for dtype in (torch.float64, torch.bfloat16):
+        # s (index 3) in fp32 at least, as the module passes it
+        inputs = [t.to(torch.promote_types(dtype, torch.float32) if i == 3
+                       else dtype).requires_grad_()
+                  for i, t in enumerate(base)]
+        results = []
+        for joined in (False, True):
+            monkeypatch.setattr(focusing, 'joins_queries_and_keys',
+                                lambda _: joined)
+            out = focused_linear_attention_eager(*inputs, (7, 9), 2, 3.)
+            assert out.dtype == dtype
+            results.append((out, *torch.autograd.grad(
+                out.float().square().sum(), inputs)))
+        for got, expected in zip(*results):
+            if dtype == torch.float64:
+                torch.testing.assert_close(got, expected, rtol=1e-10,
+                                           atol=1e-12)
+            elif got is results[1][0]:
+                torch.testing.assert_close(got, expected)
+            else:
+                rel = ((got.float() - expected.float()).norm() /
+                       expected.float().norm()).item()
+                assert rel < 5e-3, rel
 
 
 def test_attention_fp16_autocast_stays_finite():

@@ -26,6 +26,7 @@ from . import focusing
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
 from .linear_products import (joined_linear_attention,
+                              merged_with_residual,
                               normalised_linear_attention,
                               relu_linear_attention)
 
@@ -64,23 +65,12 @@ def focused_linear_attention_eager(
         # with them the queries they are joined with and every pass to
         # the focusing function's own fp32 (its first op), to fp32.
         k = k + pos.to(k.dtype)
-    dtype = values.dtype
     # The official z = 1 / (q . mean(k) + eps) and (k / sqrt(n))^T
     # (v / sqrt(n)) with the 1 / n folded into z: in fp32 nothing
     # overflows, and two scalings of whole key and value maps (and their
     # gradients) are passes saved.
     eps = k.shape[1] * 1e-6
     v = split_heads(values, num_heads)
-    with full_precision(q):
-        if focusing.joins_queries_and_keys(q):
-            features = focusing.focused_joint(q, k, s, focusing_factor,
-                                              num_heads)
-            out = joined_linear_attention(features, v, N, eps)
-        else:
-            q, k = focusing.focused_pair(q, k, s, focusing_factor,
-                                         num_heads)
-            out = normalised_linear_attention(q, k, v, eps)
-    out = merge_heads(out, dtype)
     if dwc_map is None:
         dwc_map = nlc_to_nchw(values, hw)
     # One depthwise kernel for every head: heads go into the batch.
@@ -92,7 +82,19 @@ def focused_linear_attention_eager(
                     dwc_bias.to(heads.dtype),
                     padding=dwc_weight.shape[-1] // 2,
                     groups=C // num_heads)
-    return out + conv.reshape(B, C, N).transpose(1, 2)
+    # (B, heads, N, d): added to the attention's fp32 output, the sum
+    # rounded once to the output's dtype.
+    conv = conv.reshape(B, num_heads, C // num_heads, N).transpose(-2, -1)
+    with full_precision(q):
+        if focusing.joins_queries_and_keys(q):
+            features = focusing.focused_joint(q, k, s, focusing_factor,
+                                              num_heads)
+            return joined_linear_attention(features, v, N, eps,
+                                           residual=conv)
+        q, k = focusing.focused_pair(q, k, s, focusing_factor,
+                                     num_heads)
+        out = normalised_linear_attention(q, k, v, eps)
+        return merged_with_residual(out, conv, values.dtype)
 
 
 def relu_linear_attention_eager(qkv: torch.Tensor,

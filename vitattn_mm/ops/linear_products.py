@@ -8,6 +8,7 @@ from typing import Optional
 
 import torch
 
+from ..models.layers.common import merge_heads
 from ..models.layers.size_aware import capturing
 
 
@@ -59,44 +60,75 @@ def normalised_linear_attention(q: torch.Tensor, k: torch.Tensor,
 def joined_linear_attention(features: torch.Tensor, v: torch.Tensor,
                             num_queries: int, eps: float,
                             temperature: Optional[torch.Tensor] = None,
-                            floor: Optional[float] = None) -> torch.Tensor:
+                            floor: Optional[float] = None,
+                            residual: Optional[torch.Tensor] = None
+                            ) -> torch.Tensor:
     """:func:`normalised_linear_attention` of queries and keys joined
     along the tokens (``(B, heads, N + n, d)``, the first ``num_queries``
     the queries): eagerly :class:`JoinedLinearAttention`, its gradient
     written out; while a graph is captured the plain ops (a compiler
-    fuses them; an ONNX graph has no backward)."""
+    fuses them; an ONNX graph has no backward).
+
+    Given a ``residual`` (``(B, heads, N, d)``; FLatten's depthwise conv
+    of the values, without a temperature), the output plus it with the
+    heads merged: ``(B, N, heads * d)`` in the dtype of ``v`` and
+    ``residual`` promoted (:func:`merged_with_residual`)."""
     if capturing():
         q, k = features.split(
             [num_queries, features.shape[-2] - num_queries], dim=-2)
-        return normalised_linear_attention(q, k, v, eps, temperature, floor)
+        out = normalised_linear_attention(q, k, v, eps, temperature, floor)
+        return out if residual is None else merged_with_residual(
+            out, residual, v.dtype)
     return JoinedLinearAttention.apply(features, v, num_queries, eps,
-                                       temperature, floor)[0]
+                                       temperature, floor, residual)[0]
+
+
+def merged_with_residual(out: torch.Tensor, residual: torch.Tensor,
+                         dtype: torch.dtype) -> torch.Tensor:
+    """``(B, heads, N, d)`` fp32 ``out`` plus ``residual``, heads merged:
+    ``(B, N, heads * d)`` in ``dtype`` and the residual's promoted. The
+    sum in fp32, rounded once (the plain ops of what
+    :class:`JoinedLinearAttention` writes in its normalising pass)."""
+    return merge_heads(out + residual,
+                       torch.promote_types(dtype, residual.dtype))
 
 
 def _products(features: torch.Tensor, v: torch.Tensor, num_queries: int,
               eps: float, temperature: Optional[torch.Tensor],
-              floor: Optional[float]):
+              floor: Optional[float],
+              residual: Optional[torch.Tensor] = None):
     """:class:`JoinedLinearAttention`'s forward: the output, then the
     state, the denominator, the values the state read where they are a
-    copy (else None) and, with a temperature, ``P``."""
+    copy (else None) and ``P``."""
     q, k = features.split([num_queries, features.shape[-2] - num_queries],
                           dim=-2)
     state, values = linear_state(k, v)
     product = q @ state
     values = None if values is v else values
-    if temperature is None:
-        denominator = product[..., -1:] + eps
+    if temperature is not None:
+        denominator = product[..., -1:].clamp(min=floor)
+        return (product[..., :-1] * (temperature / denominator), state,
+                denominator, values, product)
+    denominator = product[..., -1:] + eps
+    if residual is None:
         return (product[..., :-1] / denominator, state, denominator, values,
-                None)
-    denominator = product[..., -1:].clamp(min=floor)
-    return (product[..., :-1] * (temperature / denominator), state,
-            denominator, values, product)
+                product)
+    # The division writes the sum with the residual in the merged layout
+    # and its dtype: no fp32 output of its own to cast, merge and add (and
+    # no gradient of it to cast back).
+    B, h, N, d = residual.shape
+    merged = residual.new_empty(
+        B, N, h * d, dtype=torch.promote_types(v.dtype, residual.dtype))
+    torch.addcdiv(residual, product[..., :-1], denominator,
+                  out=merged.view(B, N, h, d).transpose(1, 2))
+    return merged, state, denominator, values, product
 
 
 def _products_backward(grad, features, values, state, denominator, out,
                        temperature, num_queries: int, floor):
-    """:class:`JoinedLinearAttention`'s backward (``out``: the output, or
-    with a temperature ``o``): the features' gradient, the values' (fp32,
+    """:class:`JoinedLinearAttention`'s backward (``grad``: ``(B, heads,
+    N, d)``, any float dtype and strides; ``out``: ``o``, the product
+    before its normaliser): the features' gradient, the values' (fp32,
     ``(B, heads, n, d)``) and the temperature's (None without)."""
     N = num_queries
     d = state.shape[-2]
@@ -104,9 +136,10 @@ def _products_backward(grad, features, values, state, denominator, out,
                                device=out.device)
     grad_temperature = None
     if temperature is None:
+        # -(g . y) / (m + eps) = -(g c . o) c
         grad_out = torch.div(grad, denominator, out=grad_product[..., :-1])
-        torch.neg((grad_out * out).sum(-1, keepdim=True),
-                  out=grad_product[..., -1:])
+        torch.div((grad_out * out).sum(-1, keepdim=True), denominator,
+                  out=grad_product[..., -1:]).neg_()
     else:
         scale = temperature / denominator
         torch.mul(grad, scale, out=grad_product[..., :-1])
@@ -149,46 +182,58 @@ class JoinedLinearAttention(torch.autograd.Function):
     output ``y = o c`` with ``c = 1 / (m + eps)`` (or ``T / max(m,
     floor)``), for an upstream ``g``::
 
-        dP = [g c, -(g . y) / (m + eps)]   (or -(g . o) c / m, 0 at the
-                                            floor; dT = sum (g . o) / m)
+        dP = [g c, -(g c . o) c]   (or -(g . o) c / m, 0 at the floor;
+                                    dT = sum (g . o) / m)
         dq = dP S^T,   dS = q^T dP,   dk = [v, 1] dS^T,   dv = k dS
 
     (``dv`` the first d columns). Autograd writes each of ``dP`` and the
     features' gradient in two parts and concatenates them (a pass over
     each); here the products write into one tensor each, and FLatten's
-    division needs no reciprocal. ``apply(features, v, num_queries, eps,
-    temperature, floor)`` returns the output, then the state, the
-    denominator, the values the state read where they are a copy, and
-    with a temperature ``P`` (not differentiable; saved).
+    division needs no reciprocal. Given a ``residual`` (FLatten), the
+    output is ``y`` plus it, heads merged, in the residual's dtype
+    (:func:`joined_linear_attention`), whose gradient is the upstream as
+    it is. ``apply(features, v, num_queries, eps, temperature, floor,
+    residual)`` returns the output, then the state, the denominator, the
+    values the state read where they are a copy, and ``P`` (not
+    differentiable; saved).
     """
 
     @staticmethod
     def forward(features: torch.Tensor, v: torch.Tensor, num_queries: int,
                 eps: float, temperature: Optional[torch.Tensor] = None,
-                floor: Optional[float] = None):
-        return _products(features, v, num_queries, eps, temperature, floor)
+                floor: Optional[float] = None,
+                residual: Optional[torch.Tensor] = None):
+        return _products(features, v, num_queries, eps, temperature, floor,
+                         residual)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        features, v, ctx.num_queries, _, temperature, ctx.floor = inputs
-        out, state, denominator, values, product = output
+        features, v, ctx.num_queries, _, temperature, ctx.floor, \
+            residual = inputs
+        _, state, denominator, values, product = output
         ctx.mark_non_differentiable(
             *(t for t in output[1:] if t is not None))
         ctx.set_materialize_grads(False)
         ctx.values_dtype = v.dtype
-        # y, or with a temperature o (y / T, where T may be 0).
+        ctx.residual = None if residual is None else (residual.shape,
+                                                      residual.dtype)
         ctx.save_for_backward(
             features, v if values is None else values, state, denominator,
-            out if temperature is None else product[..., :-1], temperature)
+            product[..., :-1], temperature)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, *_):
         if grad is None:
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
+        grad_residual = None
+        if ctx.residual is not None:
+            (B, h, N, d), dtype = ctx.residual
+            grad = grad.reshape(B, N, h, d).transpose(1, 2)
+            grad_residual = grad.to(dtype)
         grad_features, grad_v, grad_temperature = _products_backward(
             grad, *ctx.saved_tensors, ctx.num_queries, ctx.floor)
         return (grad_features, grad_v.to(ctx.values_dtype), None, None,
-                grad_temperature, None)
+                grad_temperature, None, grad_residual)
 
 
 def relu_linear_attention(qkv: torch.Tensor, temperature: torch.Tensor,
