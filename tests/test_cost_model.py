@@ -620,7 +620,9 @@ def test_relu_linear_attention_casts_and_scales_in_few_passes():
     values cast with their column of ones in one copy (no pad, whose
     gradient is a copy), the output scaled by a product (no division's
     gradient over it) and cast back token-major in one copy, the
-    products' gradients written into one tensor each."""
+    products' gradients written into one tensor each. The scaling writes
+    the output token-major in bf16 (no fp32 output to cast and merge, no
+    cast of its gradient back)."""
     from vitattn_mm.ops import relu_linear_attention_eager
     qkv = torch.empty(2, 3136, 192, device='meta', dtype=torch.bfloat16,
                       requires_grad=True)
@@ -632,7 +634,12 @@ def test_relu_linear_attention_casts_and_scales_in_few_passes():
         out.float().mean().backward()
     forward = names(recorder.ops, 'forward')
     assert forward.count('aten::relu') == 1
-    assert forward.count('aten::_to_copy') == 2
+    assert forward.count('aten::_to_copy') == 1  # the features'
+    tokens = 2 * 3136 * 64
+    written, = [r for r in recorder.ops if r.name == 'aten::mul.out'
+                and r.phase == 'forward']
+    # reads fp32 o, writes bf16 tokens
+    assert written.nbytes <= 4 * tokens + 2 * tokens + 4 * 2 * 3136 * 2
     assert 'aten::constant_pad_nd' not in names(recorder.ops)
     values = 2 * 3136 * 64 * 4  # one of q, k, v in fp32
     assert not [r for r in recorder.ops if r.nbytes >= values and
@@ -640,9 +647,13 @@ def test_relu_linear_attention_casts_and_scales_in_few_passes():
     # The products write their gradients into one tensor each, and the
     # projection's is written in place of its parts: no stack, no
     # concatenation, one cast of the queries' and keys' (in the ReLU's
-    # gradient) and one of the values'.
+    # gradient) and one of the values'; the upstream read as it is (the
+    # two casts: the test's loss's cast of the output, and its gradient).
     backward = names(recorder.ops, 'backward')
     assert 'aten::stack' not in backward and 'aten::cat' not in backward
+    casts = [r.nbytes for r in recorder.ops
+             if r.name == 'aten::_to_copy' and r.phase == 'backward']
+    assert casts == [6 * tokens] * 2, casts
     assert backward.count('aten::threshold_backward.grad_input') == 1
 
 

@@ -20,8 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
-from ..models.layers.common import (full_precision, merge_heads,
-                                    nlc_to_nchw, split_heads)
+from ..models.layers.common import full_precision, nlc_to_nchw, split_heads
 from . import focusing
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
@@ -113,9 +112,8 @@ def relu_linear_attention_eager(qkv: torch.Tensor,
         Tensor: ``(B, N, C)``, the dtype of ``qkv``.
     """
     with full_precision(qkv):
-        out = relu_linear_attention(qkv, temperature.float(), num_heads,
-                                    denominator_min)
-    return merge_heads(out, qkv.dtype)
+        return relu_linear_attention(qkv, temperature.float(), num_heads,
+                                     denominator_min)
 
 
 # ---------------------------------------------------------------- kernels

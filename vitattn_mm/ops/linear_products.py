@@ -96,32 +96,47 @@ def merged_with_residual(out: torch.Tensor, residual: torch.Tensor,
 def _products(features: torch.Tensor, v: torch.Tensor, num_queries: int,
               eps: float, temperature: Optional[torch.Tensor],
               floor: Optional[float],
-              residual: Optional[torch.Tensor] = None):
+              residual: Optional[torch.Tensor] = None,
+              merged_dtype: Optional[torch.dtype] = None):
     """:class:`JoinedLinearAttention`'s forward: the output, then the
     state, the denominator, the values the state read where they are a
-    copy (else None) and ``P``."""
+    copy (else None) and ``P``. Given a ``merged_dtype`` (and for
+    FLatten's a ``residual``), the output is written with the heads
+    merged, in that dtype: the normalising pass writes it where an fp32
+    output would be cast, merged (and added to) in passes of their own,
+    and its gradient cast back."""
     q, k = features.split([num_queries, features.shape[-2] - num_queries],
                           dim=-2)
     state, values = linear_state(k, v)
     product = q @ state
     values = None if values is v else values
+    o = product[..., :-1]
     if temperature is not None:
         denominator = product[..., -1:].clamp(min=floor)
-        return (product[..., :-1] * (temperature / denominator), state,
-                denominator, values, product)
+        scale = temperature / denominator
+        out = o * scale if merged_dtype is None else _token_major(torch.mul(
+            o, scale, out=_merged_out(o, merged_dtype)))
+        return out, state, denominator, values, product
     denominator = product[..., -1:] + eps
     if residual is None:
-        return (product[..., :-1] / denominator, state, denominator, values,
-                product)
-    # The division writes the sum with the residual in the merged layout
-    # and its dtype: no fp32 output of its own to cast, merge and add (and
-    # no gradient of it to cast back).
-    B, h, N, d = residual.shape
-    merged = residual.new_empty(
-        B, N, h * d, dtype=torch.promote_types(v.dtype, residual.dtype))
-    torch.addcdiv(residual, product[..., :-1], denominator,
-                  out=merged.view(B, N, h, d).transpose(1, 2))
-    return merged, state, denominator, values, product
+        out = o / denominator if merged_dtype is None else _token_major(
+            torch.div(o, denominator, out=_merged_out(o, merged_dtype)))
+    else:
+        out = _token_major(torch.addcdiv(residual, o, denominator,
+                                      out=_merged_out(o, merged_dtype)))
+    return out, state, denominator, values, product
+
+
+def _merged_out(heads: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A new ``(B, N, heads * d)`` tensor in ``dtype``, as a ``(B, heads,
+    N, d)`` view the shape of ``heads``, for an op to write into."""
+    B, h, N, d = heads.shape
+    return heads.new_empty(B, N, h, d, dtype=dtype).transpose(1, 2)
+
+
+def _token_major(view: torch.Tensor) -> torch.Tensor:
+    """The ``(B, N, heads * d)`` tensor behind a :func:`_merged_out` view."""
+    return view.transpose(1, 2).flatten(2)
 
 
 def _products_backward(grad, features, values, state, denominator, out,
@@ -204,7 +219,8 @@ class JoinedLinearAttention(torch.autograd.Function):
                 floor: Optional[float] = None,
                 residual: Optional[torch.Tensor] = None):
         return _products(features, v, num_queries, eps, temperature, floor,
-                         residual)
+                         residual, None if residual is None else
+                         torch.promote_types(v.dtype, residual.dtype))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -239,13 +255,14 @@ class JoinedLinearAttention(torch.autograd.Function):
 def relu_linear_attention(qkv: torch.Tensor, temperature: torch.Tensor,
                           num_heads: int, floor: float) -> torch.Tensor:
     """L2ViT's ``T relu(q) (relu(k)^T v) / max(relu(q) . sum relu(k),
-    floor)`` from the packed ``(B, N, 3C)`` projection: fp32 ``(B, heads,
-    N, d)``. Eagerly :class:`ReluLinearAttention`, its gradient written
-    out; while a graph is captured the plain ops."""
+    floor)`` from the packed ``(B, N, 3C)`` projection: ``(B, N, C)``,
+    the heads merged, in the dtype of ``qkv``. Eagerly
+    :class:`ReluLinearAttention`, its gradient written out; while a graph
+    is captured the plain ops."""
     if capturing():
         _, features, v = _relu_joined(qkv, num_heads)
-        return joined_linear_attention(features, v, qkv.shape[1], 0.,
-                                       temperature, floor)
+        return merge_heads(joined_linear_attention(
+            features, v, qkv.shape[1], 0., temperature, floor), qkv.dtype)
     return ReluLinearAttention.apply(qkv, temperature, num_heads, floor)[0]
 
 
@@ -276,8 +293,9 @@ class ReluLinearAttention(torch.autograd.Function):
     the values' cast into theirs), where autograd cast, masked, cast and
     concatenated.
 
-    ``apply(qkv, temperature, num_heads, floor)`` returns the fp32 ``(B,
-    heads, N, d)`` output, then what it saves (not differentiable).
+    ``apply(qkv, temperature, num_heads, floor)`` returns the ``(B, N,
+    C)`` output in the dtype of ``qkv`` (the scaling's pass writes it, the
+    heads merged), then what it saves (not differentiable).
     """
 
     @staticmethod
@@ -285,7 +303,7 @@ class ReluLinearAttention(torch.autograd.Function):
                 num_heads: int, floor: float):
         positive, features, v = _relu_joined(qkv, num_heads)
         out, *rest = _products(features, v, qkv.shape[1], 0., temperature,
-                               floor)
+                               floor, merged_dtype=qkv.dtype)
         return (out, positive, features, *rest)
 
     @staticmethod
@@ -305,6 +323,7 @@ class ReluLinearAttention(torch.autograd.Function):
         qkv, positive, features, values, state, denominator, product, \
             temperature = ctx.saved_tensors
         B, N, width = qkv.shape
+        grad = grad.reshape(B, N, ctx.num_heads, -1).transpose(1, 2)
         if values is None:  # fp32 values, read where they are
             values = _parts(qkv, ctx.num_heads)[:, :, 2].transpose(1, 2)
         grad_features, grad_v, grad_temperature = _products_backward(
