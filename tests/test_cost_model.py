@@ -520,6 +520,29 @@ def test_attention_residual_writes_its_map_once_each_way():
         ('forward', 'aten::bmm'), ('forward', 'aten::convolution')]
 
 
+def record_flatten_step(sr_ratio, cast_loss=True):
+    """A FocusedLinearAttention's eager step (64 channels, 2 heads, 56 x 56
+    bf16 tokens, so that the reduction's layout copy is not the
+    features') under bf16 autocast on the meta device (a GPU's route):
+    its output and the recorder. The loss is the output's mean, in fp32
+    (``cast_loss``) or as it is."""
+    from vitattn_mm.models.attentions.focused_linear import \
+        FocusedLinearAttention
+    with torch.device('meta'):
+        attn = FocusedLinearAttention(64, 2, grid_size=(56, 56),
+                                      sr_ratio=sr_ratio,
+                                      attn_backend='eager')
+    x = torch.empty(2, 56 * 56, 64, device='meta', dtype=torch.bfloat16,
+                    requires_grad=True)
+    recorder = cm.StepRecorder()
+    with recorder, cm.MetaAutocast():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out, _ = attn(x, (56, 56))
+        recorder.phase = 'backward'
+        (out.float() if cast_loss else out).mean().backward()
+    return out, recorder
+
+
 @pytest.mark.parametrize('sr_ratio', [8, 1])
 def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch(
         sr_ratio):
@@ -530,21 +553,7 @@ def test_focusing_takes_queries_and_keys_in_one_call_where_kernels_launch(
     normaliser comes out of the product with the values (no sum of the
     keys, no product of its own); the products write their gradients
     into one tensor each (no concatenation of their parts)."""
-    from vitattn_mm.models.attentions.focused_linear import \
-        FocusedLinearAttention
-    with torch.device('meta'):
-        attn = FocusedLinearAttention(64, 2, grid_size=(56, 56),
-                                      sr_ratio=sr_ratio,
-                                      attn_backend='eager')
-    # bf16 tokens: the reduction's layout copy is not the features'.
-    x = torch.empty(2, 56 * 56, 64, device='meta', dtype=torch.bfloat16,
-                    requires_grad=True)
-    recorder = cm.StepRecorder()
-    with recorder, cm.MetaAutocast():
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            out, _ = attn(x, (56, 56))
-        recorder.phase = 'backward'
-        out.float().mean().backward()
+    recorder = record_flatten_step(sr_ratio)[1]
     forward = names(recorder.ops, 'forward')
     assert forward.count('aten::pow.Tensor_Scalar') == 1
     assert forward.count('aten::linalg_vector_norm') == 2
@@ -582,20 +591,7 @@ def test_flatten_output_and_conv_are_summed_in_the_normalising_pass(
     output map is written, cast or added, nor its gradient cast back
     (two ops forward and one backward fewer than the division, the cast
     and the addition, and some six fp32 maps of traffic)."""
-    from vitattn_mm.models.attentions.focused_linear import \
-        FocusedLinearAttention
-    with torch.device('meta'):
-        attn = FocusedLinearAttention(64, 2, grid_size=(56, 56),
-                                      sr_ratio=sr_ratio,
-                                      attn_backend='eager')
-    x = torch.empty(2, 56 * 56, 64, device='meta', dtype=torch.bfloat16,
-                    requires_grad=True)
-    recorder = cm.StepRecorder()
-    with recorder, cm.MetaAutocast():
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            out, _ = attn(x, (56, 56))
-        recorder.phase = 'backward'
-        out.mean().backward()
+    out, recorder = record_flatten_step(sr_ratio, cast_loss=False)
     assert out.dtype == torch.bfloat16
     tokens = 2 * 56 * 56 * 64  # the output's entries
     product = 4 * 2 * 56 * 56 * (64 + 2)  # the fp32 product [o, m]
