@@ -7,6 +7,7 @@ from .diagonality_loss import (MAX_SIDE, diagonality_loss_eager,
                                diagonality_loss_op, diagonality_terms,
                                pool_queries, pool_queries_in_passing,
                                pooled_diagonality_loss_eager,
+                               pooled_probabilities,
                                pooled_diagonality_loss_op, pooled_op_takes)
 from .focusing import focused_features
 from .linear_attention import (focused_linear_attention_eager,
@@ -31,6 +32,6 @@ __all__ = [
     'softmax_apply_eager', 'softmax_apply_op', 'MAX_SIDE',
     'diagonality_loss_eager', 'diagonality_loss_op', 'diagonality_terms',
     'pool_queries', 'pool_queries_in_passing',
-    'pooled_diagonality_loss_eager',
+    'pooled_diagonality_loss_eager', 'pooled_probabilities',
     'pooled_diagonality_loss_op', 'pooled_op_takes'
 ]

@@ -307,16 +307,28 @@ def pooled_diagonality_loss_eager(logits: torch.Tensor,
                                   ) -> torch.Tensor:
     """The bounded loss of ``(B, heads, N_q, N_k)`` logits whose softmax
     rows are average-pooled from the query grid onto the key grid (an
-    ``N_k x N_k`` map per head), eagerly (fp32). Given ``probs``, the
-    softmax of the logits that the layer wrote (in its dtype, bf16 under
-    autocast), the pooling reads them instead of an fp32 softmax of the
-    logits computed again; given them pooled already (``(B, heads, N_k,
-    N_k)``, :func:`pool_queries_in_passing`), the loss reads those."""
+    ``N_k x N_k`` map per head), eagerly (fp32): the terms of
+    :func:`pooled_probabilities`."""
     with full_precision(logits):
-        if probs is not None and probs.shape[-2] != logits.shape[-2]:
-            return diagonality_terms(probs)
+        return diagonality_terms(
+            pooled_probabilities(logits, query_hw, key_hw, probs))
+
+
+def pooled_probabilities(logits: torch.Tensor, query_hw: Sequence[int],
+                         key_hw: Sequence[int],
+                         probs: Optional[torch.Tensor] = None
+                         ) -> torch.Tensor:
+    """The ``(B, heads, N_k, N_k)`` map the pooled loss measures: the
+    softmax of the logits with its queries pooled onto the key grid.
+    Given ``probs``, the softmax that the layer wrote (in its dtype, bf16
+    under autocast), the pooling reads them instead of an fp32 softmax of
+    the logits computed again; given them pooled already (``(B, heads,
+    N_k, N_k)``, :func:`pool_queries_in_passing`), they are the map."""
+    if probs is not None and probs.shape[-2] != logits.shape[-2]:
+        return probs
+    with full_precision(logits):
         maps = logits.float().softmax(dim=-1) if probs is None else probs
-        return diagonality_terms(pool_queries(maps, query_hw, key_hw))
+        return pool_queries(maps, query_hw, key_hw)
 
 
 def pooled_op_takes(query_hw: Sequence[int], key_hw: Sequence[int]) -> bool:

@@ -100,11 +100,11 @@ def _products(features: torch.Tensor, v: torch.Tensor, num_queries: int,
               merged_dtype: Optional[torch.dtype] = None):
     """:class:`JoinedLinearAttention`'s forward: the output, then the
     state, the denominator, the values the state read where they are a
-    copy (else None) and ``P``. Given a ``merged_dtype`` (and for
-    FLatten's a ``residual``), the output is written with the heads
-    merged, in that dtype: the normalising pass writes it where an fp32
-    output would be cast, merged (and added to) in passes of their own,
-    and its gradient cast back."""
+    copy (else None) and ``P``. Given a ``merged_dtype`` (L2ViT's, or
+    FLatten's with its ``residual`` added), the output is written with
+    the heads merged, in that dtype: the normalising pass writes it where
+    an fp32 output would be cast, merged (and added to) in passes of
+    their own, and its gradient cast back."""
     q, k = features.split([num_queries, features.shape[-2] - num_queries],
                           dim=-2)
     state, values = linear_state(k, v)
@@ -119,11 +119,9 @@ def _products(features: torch.Tensor, v: torch.Tensor, num_queries: int,
         return out, state, denominator, values, product
     denominator = product[..., -1:] + eps
     if residual is None:
-        out = o / denominator if merged_dtype is None else _token_major(
-            torch.div(o, denominator, out=_merged_out(o, merged_dtype)))
-    else:
-        out = _token_major(torch.addcdiv(residual, o, denominator,
-                                      out=_merged_out(o, merged_dtype)))
+        return o / denominator, state, denominator, values, product
+    out = _token_major(torch.addcdiv(residual, o, denominator,
+                                     out=_merged_out(o, merged_dtype)))
     return out, state, denominator, values, product
 
 

@@ -6,7 +6,7 @@ import torch
 
 from ....ops import (MAX_SIDE, diagonality_loss_op, diagonality_terms,
                      pool_queries, pooled_diagonality_loss_op,
-                     pooled_op_takes, uses_fused_op)
+                     pooled_op_takes, pooled_probabilities, uses_fused_op)
 from ...layers.common import full_precision
 from ..base import Grid
 
@@ -85,12 +85,12 @@ def eager_diagonality_map(logits: torch.Tensor, query_hw: Grid,
     eager loss takes: ``probs`` (pooled onto the key grid already, or
     pooled here where the grids differ), else an fp32 softmax of the
     logits, pooled likewise."""
-    square = tuple(query_hw) == tuple(key_hw)
-    if probs is not None and (square or probs.shape[-2] != logits.shape[-2]):
+    if tuple(query_hw) != tuple(key_hw):
+        return pooled_probabilities(logits, query_hw, key_hw, probs)
+    if probs is not None:
         return probs
     with full_precision(logits):
-        maps = logits.float().softmax(dim=-1) if probs is None else probs
-        return maps if square else pool_queries(maps, query_hw, key_hw)
+        return logits.float().softmax(dim=-1)
 
 
 def mean_diagonality_preserving_loss(maps: Sequence[tuple]
