@@ -745,3 +745,33 @@ def test_tokens_for_two_projections_are_cast_once_each_way(
     for module in (focused_linear, spatial_reduction):
         monkeypatch.setattr(module, 'autocast_once', lambda x: (x, x))
     assert token_casts() == (forward + 1, backward + 1)
+
+
+@pytest.mark.parametrize('stream_dtype', [torch.float32, torch.bfloat16])
+def test_residual_with_drop_path_is_one_pass_each_way(stream_dtype):
+    """A block's residual in training with stochastic depth (the meta
+    device, as the GPU runs it): one op over the tokens forward (the
+    scaled branch added), one backward (the branch's gradient, written in
+    its dtype: no cast of its own), where mmcv's ``DropPath`` and the sum
+    take three each way."""
+    from mmcv.cnn.bricks import DropPath
+
+    from vitattn_mm.models.layers.drop_path import add_residual
+    shape = (2, 4096, 96)
+    identity = torch.empty(shape, device='meta', dtype=stream_dtype,
+                           requires_grad=True)
+    branch = torch.empty(shape, device='meta', dtype=torch.bfloat16,
+                         requires_grad=True)
+    recorder = cm.StepRecorder()
+    with recorder:
+        out = add_residual(identity, branch, DropPath(0.1).train())
+        recorder.phase = 'backward'
+        # (no leaves' gradients accumulated: a block's inputs are none)
+        torch.autograd.grad(out, (identity, branch), torch.empty_like(out))
+    tokens = math.prod(shape)
+    big = [(r.phase, r.name) for r in recorder.ops if r.nbytes >= tokens]
+    assert big == [('forward', 'aten::addcmul'),
+                   ('backward', 'aten::addcmul.out')], big
+    written, = [r for r in recorder.ops if r.name == 'aten::addcmul.out']
+    # reads the upstream, writes the branch's bf16 gradient
+    assert written.nbytes <= (stream_dtype.itemsize + 2) * tokens + 64

@@ -256,3 +256,67 @@ def test_autocast_once_gives_autocasts_values_and_gradients(uses):
             assert got.dtype == want.dtype and torch.equal(got, want)
     a, b = autocast_once(x)
     assert a is x and b is x
+
+
+@pytest.mark.parametrize('identity_dtype,branch_dtype', [
+    (torch.float64, torch.float64), (torch.float32, torch.float32),
+    (torch.float32, torch.bfloat16), (torch.bfloat16, torch.bfloat16)])
+def test_residual_drop_path_is_mmcvs(identity_dtype, branch_dtype):
+    """``add_residual`` in training: mmcv's ``DropPath`` then the sum,
+    in one pass. The same samples dropped for the same seed; the sum and
+    the branch's gradient equal the exact ``identity + branch * mask /
+    keep`` within the rounding of their dtype, the scaled branch and its
+    gradient without a bias (a scale rounded to bf16 would shorten every
+    kept branch by 0.16%); the identity's gradient passed as it is."""
+    from mmcv.cnn.bricks import DropPath
+
+    from vitattn_mm.models.layers.drop_path import add_residual
+    drop_path = DropPath(0.1).train()
+    keep = 0.9
+    torch.manual_seed(0)
+    identity = torch.randn(64, 37, 24, dtype=identity_dtype)
+    branch = torch.randn(64, 37, 24, dtype=branch_dtype)
+    grad = torch.randn(64, 37, 24, dtype=torch.promote_types(
+        identity_dtype, branch_dtype))
+    torch.manual_seed(1)
+    expected = identity + drop_path(branch)
+    torch.manual_seed(1)
+    i, b = (t.clone().requires_grad_() for t in (identity, branch))
+    out = add_residual(i, b, drop_path)
+    out.backward(grad)
+    assert out.dtype == expected.dtype
+    # The draw is mmcv's: the same samples dropped (and some kept).
+    dropped = (expected == identity).flatten(1).all(1)
+    assert 0 < dropped.sum() < len(dropped)
+    assert torch.equal((out.detach() == identity).flatten(1).all(1), dropped)
+    mask = (~dropped).double()[:, None, None]
+    scaled = branch.double() * mask / keep
+    eps = torch.finfo(out.dtype).eps
+    err = (out.detach().double() - identity.double() - scaled).abs()
+    assert (err <= 2 * eps * (identity.double().abs() + scaled.abs())).all()
+    assert b.grad.dtype == branch_dtype and i.grad.dtype == identity_dtype
+    assert torch.equal(i.grad, grad.to(identity_dtype))
+    # The scaled branch alone (a zero stream) and its gradient: within an
+    # ulp, unbiased (a bf16 scale: -1.6e-3).
+    torch.manual_seed(1)
+    alone = add_residual(torch.zeros_like(identity), branch, drop_path)
+    for got, want in ((alone, scaled), (b.grad, grad.double() * mask / keep)):
+        kept = want != 0
+        rel = (got.double()[kept] - want[kept]) / want[kept]
+        assert rel.abs().max() <= torch.finfo(got.dtype).eps
+        assert abs(rel.mean()) < 1e-4
+
+
+def test_residual_without_drop_path_is_the_sum():
+    """Evaluation, a rate of 0 and ``nn.Identity``: the plain sum, and no
+    random number drawn."""
+    from mmcv.cnn.bricks import DropPath
+
+    from vitattn_mm.models.layers.drop_path import add_residual
+    identity, branch = torch.randn(2, 5, 3), torch.randn(2, 5, 3)
+    for module in (DropPath(0.3).eval(), DropPath(0.).train(),
+                   torch.nn.Identity().train()):
+        state = torch.random.get_rng_state()
+        assert torch.equal(add_residual(identity, branch, module),
+                           identity + branch)
+        assert torch.equal(torch.random.get_rng_state(), state)

@@ -30,6 +30,7 @@ from ...registry import register_model
 from ..attentions.linear_global import LocalConcentrationModule
 from ..attentions.cfgs import resolve_attn_cfgs
 from ..layers.blocks import TransformerBlock
+from ..layers.drop_path import add_residual
 from ..layers.common import nchw_to_nlc, to_2tuple_int
 from ..layers.padding import CornerPadding
 from ..layers.pos_embed import ConditionalPositionEncoding
@@ -177,11 +178,12 @@ class L2ViTBlock(TransformerBlock):
                 state=None):
         x = self.cpe[0](x, hw_shape)
         out, state = self.attn(self.norm1(x), hw_shape, state)
-        x = x + self.drop_path(out)
+        x = add_residual(x, out, self.drop_path)
         if len(self.cpe) > 1:
             x = self.cpe[1](x, hw_shape)
         else:
-            x = x + self.drop_path(self.local_mp(self.norm3(x), hw_shape))
+            x = add_residual(x, self.local_mp(self.norm3(x), hw_shape),
+                             self.drop_path)
         return self.feed_forward(x, hw_shape), state
 
 

@@ -10,6 +10,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule, Sequential
 
 from .common import nchw_to_nlc, nlc_to_nchw
+from .drop_path import add_residual
 
 Grid = Tuple[int, int]
 
@@ -54,7 +55,8 @@ class ConvFFN(BaseModule):
     def forward(self, x: torch.Tensor, hw_shape: Grid,
                 identity: Optional[torch.Tensor] = None) -> torch.Tensor:
         out = nchw_to_nlc(self.layers(nlc_to_nchw(x, hw_shape)))
-        return (x if identity is None else identity) + self.dropout_layer(out)
+        return add_residual(x if identity is None else identity, out,
+                            self.dropout_layer)
 
 
 class TransformerBlock(BaseModule):
@@ -102,20 +104,20 @@ class TransformerBlock(BaseModule):
             self.ffn = ConvFFN(embed_dims, hidden, act_cfg=act_cfg,
                                ffn_drop=ffn_drop, drop_path=drop_path)
         else:
+            # The block adds the residual (add_residual): the FFN returns
+            # its branch.
             self.ffn = FFN(embed_dims, hidden, act_cfg=act_cfg,
-                           ffn_drop=ffn_drop,
-                           dropout_layer=dict(type='DropPath',
-                                              drop_prob=drop_path))
+                           ffn_drop=ffn_drop, add_identity=False)
 
     def feed_forward(self, x: torch.Tensor, hw_shape: Grid) -> torch.Tensor:
         """``x + drop_path(ffn(norm2(x)))``."""
         if self.use_conv_ffn:
             return self.ffn(self.norm2(x), hw_shape, identity=x)
-        return self.ffn(self.norm2(x), identity=x)
+        return add_residual(x, self.ffn(self.norm2(x)), self.drop_path)
 
     def forward(self, x: torch.Tensor, hw_shape: Grid, state=None):
         """``(B, N, C)`` tokens on an ``(H, W)`` grid -> the same shape, and
         the state the attention hands on."""
         out, state = self.attn(self.norm1(x), hw_shape, state)
-        x = x + self.drop_path(out)
+        x = add_residual(x, out, self.drop_path)
         return self.feed_forward(x, hw_shape), state
