@@ -775,3 +775,23 @@ def test_residual_with_drop_path_is_one_pass_each_way(stream_dtype):
     written, = [r for r in recorder.ops if r.name == 'aten::addcmul.out']
     # reads the upstream, writes the branch's bf16 gradient
     assert written.nbytes <= (stream_dtype.itemsize + 2) * tokens + 64
+
+
+@pytest.mark.parametrize('cfg', [
+    dict(type='AttnSwinTransformer', arch='tiny', depths=(1, 1, 1, 1)),
+    dict(type='AttnPVTv2', arch='b0'), dict(type='L2ViT', arch='tiny')],
+    ids=['swin-block', 'pvtv2-conv-ffn', 'l2vit-block'])
+def test_every_residual_of_a_step_adds_its_dropped_path_in_one_pass(cfg):
+    """The skeletons' blocks, PVTv2's conv FFN and L2ViT's block (its LCM
+    too) add each stochastic-depth branch with :func:`add_residual`: one
+    ``addcmul`` per mask drawn, and no product or division of a token map
+    by a per-sample factor (mmcv's ``DropPath``)."""
+    def forward_ops(rate):
+        model = cm.build_on_meta(dict(cfg, drop_path_rate=rate))
+        return names(cm.record_step(model, (224, 224)), 'forward')
+
+    dropping, plain = forward_ops(0.3), forward_ops(0.)
+    draws = dropping.count('aten::rand')
+    assert draws > 0 and dropping.count('aten::addcmul') == draws
+    for op in ('aten::div.Tensor', 'aten::mul.Tensor'):
+        assert dropping.count(op) == plain.count(op), op

@@ -5,8 +5,8 @@ mmcv's ``DropPath`` in training divides the branch by the keep rate and
 masks it, and the residual then adds it: three passes over the tokens
 forward, and backward a cast, a product with the mask and a division.
 Every block of every skeleton does it twice per step (the projected
-training step of FLatten-Swin-T at 800x1280: 1,439 -> 1,395 ops, 16.5 ->
-16.2 ms).
+training step of FLatten-Swin-T at 800x1280: 1,439 -> 1,393 ops, 16.5 ->
+16.1 ms).
 """
 import torch
 import torch.nn as nn
