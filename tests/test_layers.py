@@ -309,7 +309,8 @@ def test_residual_drop_path_is_mmcvs(identity_dtype, branch_dtype):
 
 def test_residual_without_drop_path_is_the_sum():
     """Evaluation, a rate of 0 and ``nn.Identity``: the plain sum, and no
-    random number drawn."""
+    random number drawn; another stochastic-depth module (timm's may not
+    rescale) keeps its own rule."""
     from mmcv.cnn.bricks import DropPath
 
     from vitattn_mm.models.layers.drop_path import add_residual
@@ -320,3 +321,12 @@ def test_residual_without_drop_path_is_the_sum():
         assert torch.equal(add_residual(identity, branch, module),
                            identity + branch)
         assert torch.equal(torch.random.get_rng_state(), state)
+
+    class HalfPath(torch.nn.Module):
+        drop_prob = 0.5
+
+        def forward(self, x):
+            return x / 2
+
+    assert torch.equal(add_residual(identity, branch, HalfPath().train()),
+                       identity + branch / 2)

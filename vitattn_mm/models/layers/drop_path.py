@@ -10,6 +10,7 @@ training step of FLatten-Swin-T at 800x1280: 1,439 -> 1,393 ops, 16.5 ->
 """
 import torch
 import torch.nn as nn
+from mmcv.cnn.bricks import DropPath
 from torch.autograd.function import once_differentiable
 
 from .size_aware import capturing
@@ -26,9 +27,9 @@ def add_residual(identity: torch.Tensor, branch: torch.Tensor,
     ``1 / keep`` a scalar, applied in fp32 as mmcv's division applies
     ``keep`` (a bf16 scale tensor would shorten every kept branch by
     0.16% at a drop rate of 0.1). The sum is rounded once where mmcv
-    rounds the scaled branch first: equal in fp64, within an ulp below.
-    Elsewhere (evaluation, rate 0, shapes that broadcast) the modules'
-    own sum.
+    rounds the scaled branch first: the same within an ulp.
+    Elsewhere (evaluation, rate 0, shapes that broadcast, a module other
+    than mmcv's ``DropPath``) the modules' own sum.
 
     Args:
         identity (Tensor): The residual stream.
@@ -39,7 +40,9 @@ def add_residual(identity: torch.Tensor, branch: torch.Tensor,
     Returns:
         Tensor: ``identity + drop_path(branch)``.
     """
-    drop_prob = float(getattr(drop_path, 'drop_prob', 0.))
+    # Another module (timm's DropPath may not rescale) keeps its own rule.
+    drop_prob = float(drop_path.drop_prob) if isinstance(
+        drop_path, DropPath) else 0.
     if (not drop_path.training or drop_prob == 0.
             or identity.shape != branch.shape):
         return identity + drop_path(branch)
