@@ -15,15 +15,11 @@ Examples::
     python benchmarks/drop_path_residual.py
     python benchmarks/drop_path_residual.py --repeats 12 --threads 2
 """
-import argparse
-import platform
-import statistics
-import time
-
 import torch
 from mmcv.cnn.bricks import DropPath
 
 import cost_model
+from route_table import interleaved_medians, parse_cpu_args
 from vitattn_mm.models.layers.drop_path import add_residual
 
 #: name -> (tokens' shape, the stream's dtype, the branch's dtype): the
@@ -60,28 +56,17 @@ def projected(case, route):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--repeats', type=int, default=8)
-    parser.add_argument('--threads', type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f'{platform.processor() or platform.machine()}, torch '
-          f'{torch.__version__}, {args.threads} thread(s), fp32 on the CPU')
-    print('| case | route | projected ms | GB moved | ops | CPU ms |')
-    print('| --- | --- | --- | --- | --- | --- |')
+    args = parse_cpu_args(__doc__.split('\n')[0])
     drop_path = DropPath(0.1).train()
     for name, case in CASES.items():
         g = torch.Generator().manual_seed(0)
         x, y = (torch.randn(case[0], generator=g) for _ in range(2))
-        times = {route: [] for route in ROUTES}
-        for _ in range(args.repeats + 1):  # the first round warms up
-            for route in ROUTES:
-                a, b = (t.detach().requires_grad_() for t in (x, y))
-                start = time.perf_counter()
-                step(route, a, b, drop_path)
-                times[route].append(time.perf_counter() - start)
-        median = {r: statistics.median(t[1:]) * 1e3
-                  for r, t in times.items()}
+
+        def prepare(route):
+            a, b = (t.detach().requires_grad_() for t in (x, y))
+            return lambda: step(route, a, b, drop_path)
+
+        median = interleaved_medians(list(ROUTES), prepare, args.repeats)
         for route in ROUTES:
             p = projected(case, route)
             print(f'| {name} | {route} | {p.ms:.3f} | {p.gbytes:.3f} | '
@@ -89,7 +74,6 @@ def main():
         mmcv, ours = median.values()
         print(f'| {name} | ratio mmcv / add_residual | | | | '
               f'{mmcv / ours:.2f} |')
-
 
 if __name__ == '__main__':
     main()

@@ -15,11 +15,6 @@ Examples::
     python benchmarks/lavit_dp_loss.py
     python benchmarks/lavit_dp_loss.py --repeats 12 --threads 1
 """
-import argparse
-import platform
-import statistics
-import time
-
 import torch
 
 import cost_model
@@ -27,6 +22,7 @@ from vitattn_mm.models.attentions.functional import masked_softmax
 from vitattn_mm.models.attentions.less_attention.loss import \
     diagonality_preserving_loss
 from vitattn_mm.ops import apply_probabilities
+from route_table import interleaved_medians, parse_cpu_args
 
 #: name -> (batch, heads, query grid, key grid, head width): LaViT-S's LA
 #: layers at 800x1280, batch 2.
@@ -67,27 +63,16 @@ def projected(case, reads_layers_map: bool):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--repeats', type=int, default=8)
-    parser.add_argument('--threads', type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f'{platform.processor() or platform.machine()}, torch '
-          f'{torch.__version__}, {args.threads} thread(s), fp32 on the CPU')
-    print('| case | route | projected ms | GB moved | ops | CPU ms |')
-    print('| --- | --- | --- | --- | --- | --- |')
+    args = parse_cpu_args(__doc__.split('\n')[0])
     for name, case in CASES.items():
         g = torch.Generator().manual_seed(0)
         logits, v = inputs(case, 'cpu', torch.float32, g)
-        times = {True: [], False: []}
-        for _ in range(args.repeats + 1):  # the first round warms up
-            for route in (False, True):
-                x, w = (t.detach().requires_grad_() for t in (logits, v))
-                start = time.perf_counter()
-                step(x, w, case[2], case[3], route)
-                times[route].append(time.perf_counter() - start)
-        median = {r: statistics.median(t[1:]) * 1e3
-                  for r, t in times.items()}
+
+        def prepare(route):
+            x, w = (t.detach().requires_grad_() for t in (logits, v))
+            return lambda: step(x, w, case[2], case[3], route)
+
+        median = interleaved_medians((False, True), prepare, args.repeats)
         for route, label in ((False, 'own fp32 softmax'),
                              (True, "layer's map")):
             p = projected(case, route)
@@ -95,7 +80,6 @@ def main():
                   f'{p.ops} | {median[route]:.0f} |')
         print(f'| {name} | ratio own / layer\'s | | | | '
               f'{median[False] / median[True]:.2f} |')
-
 
 if __name__ == '__main__':
     main()
