@@ -710,6 +710,22 @@ def test_mean_shift_logit_term_is_written_once():
         assert name not in every, name
 
 
+def test_shifted_window_mask_is_a_few_kernels():
+    """Swin's shift mask at a detector's stage-1 grid (every shifted
+    block builds it each step, on the GPU): 12 kernels, none copying a
+    region at a time from a host scalar; under 15 bytes an entry of the
+    mask in all (the comparison's bool and the fill of zeros with -100
+    are 14), where the regions' differences, two compares and two fills
+    moved 32.5."""
+    from vitattn_mm.models.layers import shifted_window_mask
+    with cm.StepRecorder() as recorder:
+        mask = shifted_window_mask((203, 322), (7, 7), (3, 3), 'meta')
+    every = names(recorder.ops)
+    assert len(every) <= 12, every
+    assert 'aten::copy_' not in every and 'aten::scalar_tensor' not in every
+    assert sum(r.nbytes for r in recorder.ops) <= mask.numel() * 15
+
+
 @pytest.mark.parametrize('cfg', [
     dict(type='SpatialReductionAttention', sr_ratio=1),
     dict(type='SpatialReductionAttention', sr_ratio=2),

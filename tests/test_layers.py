@@ -31,11 +31,18 @@ def test_window_partition_round_trip(hw):
     torch.testing.assert_close(back, x, rtol=0, atol=0)
 
 
-def test_shifted_window_mask_matches_mmpretrain():
-    reference = ShiftWindowMSA(8, 2, window_size=4, shift_size=2)
-    expected = reference.get_attn_mask((12, 8), 4, 2, torch.device('cpu'))
-    ours = shifted_window_mask((12, 8), (4, 4), (2, 2))
-    torch.testing.assert_close(ours, expected)
+@pytest.mark.parametrize('hw, window, shift', [
+    ((12, 8), 4, 2), ((7, 7), 7, 3), ((14, 35), 7, 3), ((28, 21), 7, 1),
+    ((8, 16), 4, 3), ((203, 322), 7, 3)])
+def test_shifted_window_mask_matches_mmpretrain(hw, window, shift):
+    reference = ShiftWindowMSA(8, 2, window_size=window, shift_size=shift)
+    expected = reference.get_attn_mask(hw, window, shift,
+                                       torch.device('cpu'))
+    ours = shifted_window_mask(hw, (window, window), (shift, shift))
+    assert ours.dtype == expected.dtype
+    torch.testing.assert_close(ours, expected, rtol=0, atol=0)
+    # +0.0 where tokens may attend, as mmpretrain's (not -0.0).
+    assert not ours[ours == 0].signbit().any()
 
 
 def test_relative_position_bias_matches_mmpretrain():

@@ -78,20 +78,34 @@ def shifted_window_mask(hw_padded: Grid, window: Grid, shift: Grid,
 
     Tokens that were rolled in from the opposite border must not attend to
     the window's original tokens: those pairs get -100, which softmax turns
-    into (numerically) zero weight.
+    into (numerically) zero weight. As mmpretrain's
+    ``ShiftWindowMSA.get_attn_mask``, which numbers the three bands of
+    each axis and fills a map region by region.
+
+    Every shifted block builds it each step, so it is built in a few ops
+    (12, where filling the nine regions one by one took 25): the band of
+    each row and of each column is the count of band starts at or before
+    it, a token's region is ``3 * row band + column band``, written
+    straight in the windows' order (no partition copy), and the mask
+    compares regions.
     """
-    H, W = hw_padded
-    img_mask = torch.zeros(1, H, W, 1, device=device)
-    cnt = 0
-    for hs in (slice(0, -window[0]), slice(-window[0], -shift[0]),
-               slice(-shift[0], None)):
-        for ws in (slice(0, -window[1]), slice(-window[1], -shift[1]),
-                   slice(-shift[1], None)):
-            img_mask[:, hs, ws, :] = cnt
-            cnt += 1
-    mask_windows = window_partition(img_mask, window).squeeze(-1)
-    mask = mask_windows.unsqueeze(1) - mask_windows.unsqueeze(2)
-    return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+    (H, W), (wh, ww) = hw_padded, window
+    rows = _shift_bands(H, wh, shift[0], device).view(H // wh, 1, wh, 1)
+    cols = _shift_bands(W, ww, shift[1], device).view(1, W // ww, 1, ww)
+    regions = torch.add(cols, rows, alpha=3).view(-1, wh * ww)
+    apart = regions[:, None, :] != regions[:, :, None]
+    # Filled into zeros: a product of the comparison with -100 would give
+    # -0.0 where it is false; torch.where makes two scalar tensors first.
+    return torch.zeros(apart.shape, device=device).masked_fill_(apart, -100.)
+
+
+def _shift_bands(size: int, window: int, shift: int, device) -> torch.Tensor:
+    """Band of each position along an axis of ``size`` after a cyclic
+    shift: 0 before ``size - window``, 1 up to ``size - shift``, 2 from
+    there (the rolled-in border)."""
+    starts = torch.arange(size - window, size - shift + 1, window - shift,
+                          device=device)
+    return (torch.arange(size, device=device)[:, None] >= starts).sum(-1)
 
 
 def relative_position_index(window: Grid) -> torch.Tensor:
