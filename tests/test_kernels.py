@@ -721,6 +721,28 @@ def test_every_kernel_compiles_for_hopper():
     assert kernels == expected, sorted(expected ^ kernels)
 
 
+@pytest.mark.slow
+def test_linear_attention_tuning_candidates_compile_for_hopper():
+    """The GPU suite's tuning tries the linear attention's products on
+    tensor cores ('tf32x3') with 8 warps: they compile for sm_90 too,
+    focused (FLatten) and not (L2ViT), so a GPU session spends no time
+    on a setting that cannot run."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, 'tools/compile_kernels.py', '--precision', 'bf16',
+         '--family', 'FLattenPVT', '--family', 'L2ViT', '--set',
+         'triton_linear_attention.DOT_PRECISION=tf32x3', '--set',
+         'triton_linear_attention.NUM_WARPS=8'], cwd=root, env=env,
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines()
+            if line.startswith('| triton_linear_attention.')]
+    assert len(rows) == 8 and all('num_warps=8' in r for r in rows)
+
+
 def test_compile_kernels_refuses_bad_input_by_name():
     """An unknown family lists the valid ones; under the interpreter (which
     replaces the compiler) the tool says to unset it."""
@@ -739,6 +761,14 @@ def test_compile_kernels_refuses_bad_input_by_name():
         env=dict(env, TRITON_INTERPRET='1'), capture_output=True, text=True,
         timeout=300)
     assert done.returncode == 1 and 'unset TRITON_INTERPRET' in done.stderr
+    # A launch setting the kernel module lacks, or no such module.
+    for setting, message in (
+            ('triton_linear_attention.NUMWARPS=8', 'launch setting of'),
+            ('triton_nothing.NUM_WARPS=8', "no kernel module")):
+        done = subprocess.run(
+            [sys.executable, 'tools/compile_kernels.py', '--set', setting],
+            cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and message in done.stderr, setting
 
 
 @pytest.mark.parametrize('keys', [20, 63])

@@ -10,7 +10,11 @@ and the error of any that fails. Exit status 1 if one fails. Examples::
     python tools/compile_kernels.py --family LaViT --precision bf16
     python tools/compile_kernels.py --capability 80  # an A100
     python tools/compile_kernels.py --family LaViT --size 800 1280
+    python tools/compile_kernels.py --family FLattenPVT \
+        --set triton_linear_attention.NUM_WARPS=8 \
+        --set triton_linear_attention.DOT_PRECISION=tf32x3
 """
+import ast
 import argparse
 import os
 import sys
@@ -31,11 +35,18 @@ def main():
                         'one (the tiles grow with the maps: 800 1280 '
                         'compiles what a detector trains with)')
     parser.add_argument('--out', help='also write the table to this file')
+    parser.add_argument('--set', action='append', default=[],
+                        metavar='MODULE.NAME=VALUE',
+                        help='a kernel module\'s launch setting for this '
+                        'run, as the GPU suite\'s tuning sets it (e.g. '
+                        'triton_linear_attention.NUM_WARPS=8)')
     args = parser.parse_args()
     if os.environ.get('TRITON_INTERPRET', '0') not in ('', '0'):
         sys.exit('unset TRITON_INTERPRET: the interpreter replaces the '
                  'compiler this tool runs')
     import vitattn_mm  # noqa: F401
+    for setting in args.set:
+        _apply_setting(parser, setting)
     from vitattn_tools.kernel_compile import (FAMILIES, PRECISIONS,
                                               compile_all, markdown)
     known = [f[0] for f in FAMILIES]
@@ -60,6 +71,27 @@ def main():
         with open(args.out, 'w') as f:
             f.write(table + '\n')
     sys.exit(1 if failed else 0)
+
+
+def _apply_setting(parser, setting: str):
+    """Set ``vitattn_mm.ops.<module>.<NAME>`` from ``MODULE.NAME=VALUE``
+    (a Python literal, else the text); a name the module lacks is an
+    error."""
+    import importlib
+    target, _, text = setting.partition('=')
+    module, _, name = target.rpartition('.')
+    try:
+        ops = importlib.import_module(f'vitattn_mm.ops.{module}')
+    except ImportError:
+        parser.error(f'--set {setting}: no kernel module {module!r}')
+    if not name or not text or not hasattr(ops, name):
+        parser.error(f'--set {setting}: expected MODULE.NAME=VALUE with a '
+                     f'launch setting of {module} (e.g. NUM_WARPS=8)')
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = text
+    setattr(ops, name, value)
 
 
 if __name__ == '__main__':

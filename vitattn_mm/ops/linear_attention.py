@@ -147,7 +147,7 @@ def _launch_forward(q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         pos_t.stride(-2) if pos is not None else 0, _layout(s, k), state,
         ksum, n, D, num_heads, float(p), P_INT=p_int,
         HAS_POS=pos is not None, FOCUSED=focused, BLOCK_N=tk.BLOCK_N,
-        BLOCK_D=tile_d, num_warps=tk.NUM_WARPS)
+        BLOCK_D=tile_d, DOT=tk.DOT_PRECISION, num_warps=tk.NUM_WARPS)
     out = torch.empty(B, N, C, device=q.device, dtype=out_dtype)
     has_dwc = dwc_weight is not None
     cmap, strides = _conv_input(dwc_map, v, hw)
@@ -159,7 +159,8 @@ def _launch_forward(q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         float(T), float(A), float(eps), float(dmin), float(p),
         P_INT=p_int, FOCUSED=focused, PER_HEAD_T=temperature is not None,
         HAS_DWC=has_dwc, K=dwc_weight.shape[-1] if has_dwc else 1,
-        BLOCK_N=tk.BLOCK_N, BLOCK_D=tile_d, num_warps=tk.NUM_WARPS)
+        BLOCK_N=tk.BLOCK_N, BLOCK_D=tile_d, DOT=tk.DOT_PRECISION,
+        num_warps=tk.NUM_WARPS)
     return out, state, ksum
 
 
@@ -205,7 +206,8 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         float(A), float(eps), float(dmin), float(p), P_INT=p_int,
         FOCUSED=focused, PER_HEAD_T=temperature is not None,
         HAS_DWC=has_dwc, K=dwc_weight.shape[-1] if has_dwc else 1,
-        BLOCK_N=tk.BLOCK_N, BLOCK_D=tile_d, num_warps=tk.NUM_WARPS)
+        BLOCK_N=tk.BLOCK_N, BLOCK_D=tile_d, DOT=tk.DOT_PRECISION,
+        num_warps=tk.NUM_WARPS)
     dpos = torch.zeros(n, C, **f32) if pos is not None else ds
     pos_t = _layout(pos, k)
     tk.key_backward_kernel[(B, -(-n // tk.BLOCK_N))](
@@ -217,7 +219,7 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         HAS_POS=pos is not None, FOCUSED=focused,
         PER_HEAD_T=temperature is not None,
         ADD_DV=has_dwc and dwc_map is None, BLOCK_N=tk.BLOCK_N,
-        BLOCK_D=tile_d, num_warps=tk.NUM_WARPS)
+        BLOCK_D=tile_d, DOT=tk.DOT_PRECISION, num_warps=tk.NUM_WARPS)
     return dpos, ds, dmap, dw, db, dstate
 
 

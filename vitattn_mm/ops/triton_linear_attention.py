@@ -30,6 +30,11 @@ BLOCK_N = 32
 #: Warps per program (Triton's default; the GPU suite's tuning section
 #: tries others).
 NUM_WARPS = 4
+#: Precision of the products of the fp32 features (``tl.dot``'s
+#: ``input_precision``): 'ieee', eager fp32's (CUDA cores); the GPU
+#: suite's tuning section tries 'tf32x3', three TF32 tensor-core products
+#: that recover fp32's precision to about an ulp.
+DOT_PRECISION = 'ieee'
 NO_CLAMP = -3.0e38
 
 
@@ -160,7 +165,8 @@ def _dwc(map_ptr, smb, smc, smh, smw, w_ptr, bias_ptr, b, offs_n, mask_n,
 def state_kernel(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
                  state_ptr, ksum_ptr, n, D, NH, P, P_INT: tl.constexpr,
                  HAS_POS: tl.constexpr, FOCUSED: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                 DOT: tl.constexpr):
     """``sum_j phi(k_j)^T v_j`` and ``sum_j phi(k_j)`` of a key block,
     added to the image's fp32 sums."""
     b, offs_n, mask_n, offs_d, mask_d = _program_tokens(n, D, BLOCK_N,
@@ -175,7 +181,7 @@ def state_kernel(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
         v = _tile(v_ptr, svb, svn, b, offs_n, mask_n, h * D, offs_d, mask_d)
         s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
         tl.atomic_add(state_ptr + s_off,
-                      tl.dot(tl.trans(x), v, input_precision='ieee'),
+                      tl.dot(tl.trans(x), v, input_precision=DOT),
                       mask=mask_d[:, None] & mask_d[None, :])
         tl.atomic_add(ksum_ptr + m_off, tl.sum(x, 0), mask=mask_d)
 
@@ -187,7 +193,7 @@ def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
                   P_INT: tl.constexpr, FOCUSED: tl.constexpr,
                   PER_HEAD_T: tl.constexpr, HAS_DWC: tl.constexpr,
                   K: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_D: tl.constexpr):
+                  BLOCK_D: tl.constexpr, DOT: tl.constexpr):
     """``z_i phi(q_i) S`` (+ the depthwise conv) of a query block."""
     b, offs_n, mask_n, offs_d, mask_d = _program_tokens(N, D, BLOCK_N,
                                                         BLOCK_D)
@@ -205,7 +211,7 @@ def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
         den = tl.sum(x * m[None, :], 1) + EPS
         z = 1. / tl.maximum(den, DMIN)
         T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
-        o = tl.dot(x, S, input_precision='ieee') * (T_h * z)[:, None]
+        o = tl.dot(x, S, input_precision=DOT) * (T_h * z)[:, None]
         if HAS_DWC:
             o += _dwc(map_ptr, smb, smc, smh, smw, w_ptr, bias_ptr, b,
                       offs_n, mask_n, h * D, offs_d, mask_d, H, W, CW, K)
@@ -231,7 +237,7 @@ def _focus_backward(dy, x, u, r, t, G, P):
 def _query_grad(q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
                 ksum_ptr, T_h, b, h, offs_n, mask_n, offs_d, mask_d, ratio,
                 D, NH, A, EPS, DMIN, P, P_INT: tl.constexpr,
-                FOCUSED: tl.constexpr):
+                FOCUSED: tl.constexpr, DOT: tl.constexpr):
     """Head ``h`` of a query block: ``a``, ``x``, ``u``, the feature
     ``phi``, the output gradient ``g``, ``z``, ``g . o``, whether the
     denominator passes the floor, and ``dphi``."""
@@ -246,9 +252,9 @@ def _query_grad(q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
     den = tl.sum(phi * m[None, :], 1) + EPS
     z = tl.where(mask_n, 1. / tl.maximum(den, DMIN), 0.)
     passes = (den >= DMIN) & mask_n
-    o = tl.dot(phi, S, input_precision='ieee') * z[:, None]
+    o = tl.dot(phi, S, input_precision=DOT) * z[:, None]
     go = tl.sum(g * o, 1)
-    dphi = tl.dot(g, tl.trans(S), input_precision='ieee') * z[:, None]
+    dphi = tl.dot(g, tl.trans(S), input_precision=DOT) * z[:, None]
     dphi -= tl.where(passes, z * go, 0.)[:, None] * m[None, :]
     return a, x, u, phi, g, z, go, passes, dphi
 
@@ -261,7 +267,8 @@ def query_backward_kernel(
         sdmh, sdmw, N, H, W, D, NH, CW, T, A, EPS, DMIN, P,
         P_INT: tl.constexpr, FOCUSED: tl.constexpr,
         PER_HEAD_T: tl.constexpr, HAS_DWC: tl.constexpr, K: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT: tl.constexpr):
     """Query block: ``dq``, its share of ``dS``, ``dm``, ``ds`` and of the
     conv's weight and bias gradients, and the conv input's gradient at
     these tokens."""
@@ -277,12 +284,12 @@ def query_backward_kernel(
         a, x, u, phi, g, z, go, passes, dphi = _query_grad(
             q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr, ksum_ptr,
             T_h, b, h, offs_n, mask_n, offs_d, mask_d, ratio, D, NH, A, EPS,
-            DMIN, P, P_INT, FOCUSED)
+            DMIN, P, P_INT, FOCUSED, DOT)
         s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
         # dS is w.r.t. T * S_raw; the key pass multiplies by T.
         tl.atomic_add(dstate_ptr + s_off,
                       tl.dot(tl.trans(phi * z[:, None]), g,
-                             input_precision='ieee'),
+                             input_precision=DOT),
                       mask=mask_d[:, None] & mask_d[None, :])
         tl.atomic_add(dksum_ptr + m_off,
                       -tl.sum(tl.where(passes, z * go, 0.)[:, None] * phi,
@@ -305,7 +312,7 @@ def query_backward_kernel(
             a, x, u, phi, g, z, go, passes, dphi = _query_grad(
                 q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
                 ksum_ptr, T_h, b, h, offs_n, mask_n, offs_d, mask_d, ratio,
-                D, NH, A, EPS, DMIN, P, P_INT, FOCUSED)
+                D, NH, A, EPS, DMIN, P, P_INT, FOCUSED, DOT)
             dx = _focus_backward(dphi, x, u, r, t, G, P)
             s = tl.load(s_ptr + h * D + offs_d, mask=mask_d, other=1.)
             tl.store(dq_ptr + b * sdqb + offs_n[:, None] * sdqn + h * D +
@@ -358,7 +365,8 @@ def _dwc_backward(g, map_ptr, smb, smc, smh, smw, g_ptr, sgb, sgn, w_ptr,
 def _key_grad(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
               dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
               mask_d, ratio, D, NH, A, P, P_INT: tl.constexpr,
-              HAS_POS: tl.constexpr, FOCUSED: tl.constexpr):
+              HAS_POS: tl.constexpr, FOCUSED: tl.constexpr,
+              DOT: tl.constexpr):
     """Head ``h`` of a key block: ``a``, ``x``, ``u``, ``dphi`` and
     ``dv``."""
     a, x, u, phi = _features(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
@@ -369,8 +377,8 @@ def _key_grad(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
     dS = tl.load(dstate_ptr + s_off, mask=mask_d[:, None] & mask_d[None, :],
                  other=0.) * T_h
     dm = tl.load(dksum_ptr + m_off, mask=mask_d, other=0.) * A
-    dphi = tl.dot(v, tl.trans(dS), input_precision='ieee') + dm[None, :]
-    dv = tl.dot(phi, dS, input_precision='ieee')
+    dphi = tl.dot(v, tl.trans(dS), input_precision=DOT) + dm[None, :]
+    dv = tl.dot(phi, dS, input_precision=DOT)
     return a, x, u, dphi, dv
 
 
@@ -381,7 +389,8 @@ def key_backward_kernel(
         dpos_ptr, sdpn, ds_ptr, n, D, NH, T, A, P, P_INT: tl.constexpr,
         HAS_POS: tl.constexpr, FOCUSED: tl.constexpr,
         PER_HEAD_T: tl.constexpr, ADD_DV: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT: tl.constexpr):
     """Key block: ``dk``, ``dv`` (added to what is there with ``ADD_DV``:
     the conv's share when it ran on these values), the position table's
     gradient summed over images, and its share of ``ds``."""
@@ -397,7 +406,7 @@ def key_backward_kernel(
         a, x, u, dphi, dv = _key_grad(
             k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
             dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
-            mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED)
+            mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED, DOT)
         dv_ptrs = dv_ptr + b * sdvb + offs_n[:, None] * sdvn + h * D + \
             offs_d[None, :]
         if ADD_DV:
@@ -415,7 +424,7 @@ def key_backward_kernel(
             a, x, u, dphi, dv = _key_grad(
                 k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
                 dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
-                mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED)
+                mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED, DOT)
             dx = _focus_backward(dphi, x, u, r, t, G, P)
             s = tl.load(s_ptr + h * D + offs_d, mask=mask_d, other=1.)
             _store_key_grad(tl.where(a > 0, dx / s[None, :], 0.), dk_ptr,
