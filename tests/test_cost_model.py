@@ -726,6 +726,25 @@ def test_shifted_window_mask_is_a_few_kernels():
     assert sum(r.nbytes for r in recorder.ops) <= mask.numel() * 15
 
 
+def test_cpe_of_an_fp32_stream_is_its_conv_each_way():
+    """L2ViT's conditional position encoding of the fp32 residual stream
+    under bf16 autocast: the map plus its depthwise conv in one fp32 conv
+    (the identity in its centre taps): no map-sized sum forward, nor the
+    sum of the two paths' gradients backward, no cast of the map."""
+    from vitattn_mm.models.layers.pos_embed import \
+        ConditionalPositionEncoding
+    cpe = ConditionalPositionEncoding(64, 64).to('meta')
+    hw = (200, 320)
+    ops = record(lambda x: cpe(x, hw), (2, hw[0] * hw[1], 64),
+                 dtype=torch.bfloat16)
+    big = 2 * hw[0] * hw[1] * 64 * 4
+    assert names(ops, 'forward').count('aten::convolution') == 1
+    assert names(ops, 'backward').count('aten::convolution_backward') == 1
+    assert not [r for r in ops if r.name in (
+        'aten::add.Tensor', 'aten::_to_copy') and r.nbytes >= big], [
+            (r.phase, r.name) for r in ops if r.nbytes >= big]
+
+
 @pytest.mark.parametrize('cfg', [
     dict(type='SpatialReductionAttention', sr_ratio=1),
     dict(type='SpatialReductionAttention', sr_ratio=2),

@@ -352,6 +352,32 @@ def test_linear_attention_fp16_autocast_stays_finite():
 
 
 
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+def test_cpe_adds_its_map_through_the_centre_tap(dtype):
+    """The full-precision CPE convolves with the identity folded into its
+    centre taps: the map plus its depthwise conv, as the official
+    ``proj(x) + x``, to an ulp; every gradient too; the weight and bias
+    the module's own (nothing saved beyond them)."""
+    from vitattn_mm.models.layers.pos_embed import \
+        ConditionalPositionEncoding
+    torch.manual_seed(0)
+    cpe = ConditionalPositionEncoding(16, 16).to(dtype)
+    x = torch.randn(2, 7 * 9, 16, dtype=dtype, requires_grad=True)
+    g = torch.randn(2, 7 * 9, 16, dtype=dtype)
+    out = cpe(x, (7, 9))
+    grads = torch.autograd.grad(out, (x, cpe.proj.weight, cpe.proj.bias), g)
+    feat = x.transpose(1, 2).reshape(2, 16, 7, 9)
+    expected = (cpe.proj(feat) + feat).flatten(2).transpose(1, 2)
+    expected_grads = torch.autograd.grad(
+        expected, (x, cpe.proj.weight, cpe.proj.bias), g)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else \
+        dict(rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out, expected, **tol)
+    for grad, reference in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, reference, **tol)
+    assert list(cpe.state_dict()) == ['proj.weight', 'proj.bias']
+
+
 def test_cpe_of_the_fp32_residual_stream_stays_fp32_under_autocast():
     """Conditional position encoding under bf16 autocast: fp32 tokens (the
     residual stream) convolve in fp32 and add to themselves, equal to the

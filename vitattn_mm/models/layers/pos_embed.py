@@ -1,6 +1,5 @@
 """Positional encodings: learned absolute tables that follow the running
 grid, and the conditional (convolutional) one."""
-import contextlib
 import math
 from typing import Optional, Tuple
 
@@ -206,6 +205,12 @@ class ConditionalPositionEncoding(BaseModule):
         self.proj = nn.Conv2d(in_channels, embed_dims, 3, stride=stride,
                               padding=1, groups=embed_dims)
         self.stride = stride
+        if stride == 1:
+            # The identity as a depthwise tap: one at each kernel's centre
+            # (derived, not saved).
+            tap = torch.zeros_like(self.proj.weight)
+            tap[:, :, 1, 1] = 1.
+            self.register_buffer('identity_tap', tap, persistent=False)
 
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:
@@ -214,12 +219,18 @@ class ConditionalPositionEncoding(BaseModule):
         feat = x.transpose(1, 2).reshape(B, C, *hw_shape)
         if self.stride != 1:
             return self.proj(feat).flatten(2).transpose(1, 2)
-        # Tokens in the weights' dtype (the residual stream, fp32 under
-        # autocast) are convolved and added to in it: autocast's bf16 copy
-        # for the conv and the fp32 sum after it were a pass each, and
-        # their gradients, for a depthwise conv that moves no more than
-        # its map.
-        with full_precision(feat) if feat.dtype == self.proj.weight.dtype \
-                else contextlib.nullcontext():
-            out = self.proj(feat) + feat
+        weight = self.proj.weight
+        if feat.dtype != weight.dtype or weight.dtype not in (torch.float32,
+                                                              torch.float64):
+            return (self.proj(feat) + feat).flatten(2).transpose(1, 2)
+        # Tokens in the weights' fp32 (the residual stream, also under
+        # autocast) are convolved in it: autocast's bf16 copy for the conv
+        # and the fp32 sum after it were a pass each, and their gradients,
+        # for a depthwise conv that moves no more than its map. The map
+        # plus its conv is the conv with the identity in its centre taps:
+        # one pass each way, the sum's and its gradient's gone, the same
+        # to an ulp (not so in half precision, which would round 1 + w).
+        with full_precision(feat):
+            out = F.conv2d(feat, weight + self.identity_tap, self.proj.bias,
+                           padding=1, groups=self.proj.groups)
         return out.flatten(2).transpose(1, 2)
