@@ -25,9 +25,9 @@ def resize_pos_embed(pos_embed: torch.Tensor,
     The size-aware primitive of position tables (see :mod:`.size_aware`):
     eagerly, a table already on ``dst_hw`` is returned as it is; while a
     graph is captured the resize is always part of the graph (at the source
-    size it is the identity), so the graph serves every input size. Interpolation runs in fp32 (bicubic
-    is fp32-only on several devices) and the result is cast back, so it is
-    safe under autocast.
+    size it is the identity), so the graph serves every input size.
+    Interpolation runs in fp32 (bicubic is fp32-only on several devices)
+    and the result is cast back, so it is safe under autocast.
 
     Args:
         pos_embed (Tensor): Embedding of shape ``(1, E + src_h * src_w, C)``.
