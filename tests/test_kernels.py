@@ -761,14 +761,34 @@ def test_compile_kernels_refuses_bad_input_by_name():
         env=dict(env, TRITON_INTERPRET='1'), capture_output=True, text=True,
         timeout=300)
     assert done.returncode == 1 and 'unset TRITON_INTERPRET' in done.stderr
-    # A launch setting the kernel module lacks, or no such module.
+
+
+def test_compile_kernels_sets_launch_settings_by_name(monkeypatch, capsys):
+    """``--set MODULE.NAME=VALUE`` sets a kernel module's launch setting
+    (a literal, else the text); a setting the module lacks, or no such
+    module, is refused by name (exit status 2)."""
+    import argparse
+    import importlib.util
+    from vitattn_mm.ops import triton_linear_attention as tk
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        'compile_kernels', os.path.join(root, 'tools', 'compile_kernels.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    parser = argparse.ArgumentParser(prog='compile_kernels.py')
+    monkeypatch.setattr(tk, 'NUM_WARPS', tk.NUM_WARPS)
+    monkeypatch.setattr(tk, 'DOT_PRECISION', tk.DOT_PRECISION)
+    tool._apply_setting(parser, 'triton_linear_attention.NUM_WARPS=8')
+    tool._apply_setting(parser,
+                        'triton_linear_attention.DOT_PRECISION=tf32x3')
+    assert (tk.NUM_WARPS, tk.DOT_PRECISION) == (8, 'tf32x3')
     for setting, message in (
             ('triton_linear_attention.NUMWARPS=8', 'launch setting of'),
-            ('triton_nothing.NUM_WARPS=8', "no kernel module")):
-        done = subprocess.run(
-            [sys.executable, 'tools/compile_kernels.py', '--set', setting],
-            cwd=root, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 2 and message in done.stderr, setting
+            ('triton_nothing.NUM_WARPS=8', 'no kernel module')):
+        with pytest.raises(SystemExit) as exit_:
+            tool._apply_setting(parser, setting)
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err, setting
 
 
 @pytest.mark.parametrize('keys', [20, 63])
