@@ -45,6 +45,14 @@ def test_shifted_window_mask_matches_mmpretrain(hw, window, shift):
     assert not ours[ours == 0].signbit().any()
 
 
+@pytest.mark.parametrize('shift', [(0, 0), (7, 3), (3, -1)])
+def test_shifted_window_mask_refuses_what_has_no_mask(shift):
+    """No shift (mmpretrain returns no mask) or a shift of a whole window
+    or more: refused by name."""
+    with pytest.raises(ValueError, match=r'shift in \[1, window\)'):
+        shifted_window_mask((14, 14), (7, 7), shift)
+
+
 def test_relative_position_bias_matches_mmpretrain():
     reference = WindowMSA(8, (5, 5), num_heads=2)
     ours = RelativePositionBias((5, 5), num_heads=2)

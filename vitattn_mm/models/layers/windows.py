@@ -90,6 +90,11 @@ def shifted_window_mask(hw_padded: Grid, window: Grid, shift: Grid,
     compares regions.
     """
     (H, W), (wh, ww) = hw_padded, window
+    if not all(0 < s < w for s, w in zip(shift, window)):
+        raise ValueError(
+            f'a shift mask needs a shift in [1, window) on each axis, got '
+            f'shift {tuple(shift)} for window {tuple(window)} (without a '
+            'shift there is no mask)')
     rows = _shift_bands(H, wh, shift[0], device).view(H // wh, 1, wh, 1)
     cols = _shift_bands(W, ww, shift[1], device).view(1, W // ww, 1, ww)
     regions = torch.add(cols, rows, alpha=3).view(-1, wh * ww)
