@@ -75,5 +75,6 @@ def main():
         print(f'| {name} | ratio mmcv / add_residual | | | | '
               f'{mmcv / ours:.2f} |')
 
+
 if __name__ == '__main__':
     main()

@@ -1088,23 +1088,11 @@ TUNING_COLUMNS = ['model', 'module', 'setting', 'height', 'width', 'batch',
                   'precision', 'status', 'step_ms', 'speed_ratio', 'note']
 
 
-@contextlib.contextmanager
-def launch_settings(module: str, **values) -> Iterator[None]:
-    """``vitattn_mm.ops.<module>``'s launch settings (``BLOCK_N=16``,
-    ``NUM_WARPS=2`` ...) set to ``values`` inside the context, its own
-    after; a name the module does not have raises."""
-    target = importlib.import_module(f'vitattn_mm.ops.{module}')
-    unknown = [name for name in values if not hasattr(target, name)]
-    if unknown:
-        raise AttributeError(f'{module} has no launch setting {unknown}')
-    saved = {name: getattr(target, name) for name in values}
-    try:
-        for name, value in values.items():
-            setattr(target, name, value)
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(target, name, value)
+def launch_settings(module: str, **values):
+    """:func:`vitattn_mm.ops.backend.launch_settings` (imported when used,
+    as every import of the package here: its failure is a row)."""
+    from vitattn_mm.ops.backend import launch_settings as settings
+    return settings(module, **values)
 
 
 def setting_label(values: dict) -> str:

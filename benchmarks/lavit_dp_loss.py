@@ -18,11 +18,11 @@ Examples::
 import torch
 
 import cost_model
+from route_table import interleaved_medians, parse_cpu_args
 from vitattn_mm.models.attentions.functional import masked_softmax
 from vitattn_mm.models.attentions.less_attention.loss import \
     diagonality_preserving_loss
 from vitattn_mm.ops import apply_probabilities
-from route_table import interleaved_medians, parse_cpu_args
 
 #: name -> (batch, heads, query grid, key grid, head width): LaViT-S's LA
 #: layers at 800x1280, batch 2.
@@ -80,6 +80,7 @@ def main():
                   f'{p.ops} | {median[route]:.0f} |')
         print(f'| {name} | ratio own / layer\'s | | | | '
               f'{median[False] / median[True]:.2f} |')
+
 
 if __name__ == '__main__':
     main()

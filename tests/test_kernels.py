@@ -34,6 +34,9 @@ pytestmark = pytest.mark.skipif(
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 5e-3, torch.float16: 5e-3}
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def relative_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return ((a - b).pow(2).mean().sqrt() /
@@ -684,6 +687,19 @@ def test_auto_backend_is_eager_until_a_gpu_measures_fused_faster(
     assert not uses_fused_op('eager', cuda, torch.bfloat16)
 
 
+def compile_kernels(*args, interpret=False, timeout=900):
+    """``tools/compile_kernels.py *args`` in a process of its own, without
+    the interpreter (which replaces the compiler) unless ``interpret``."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
+    if interpret:
+        env['TRITON_INTERPRET'] = '1'
+    return subprocess.run(
+        [sys.executable, 'tools/compile_kernels.py', *args], cwd=ROOT,
+        env=env, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.slow
 def test_every_kernel_compiles_for_hopper():
     """The interpreter runs a kernel's Python, not Triton's compiler: the
@@ -692,18 +708,12 @@ def test_every_kernel_compiles_for_hopper():
     families launch compiles for sm_90 (front end, passes, ptxas) in fp32
     and bf16, in a process without the interpreter, and fits its shared
     memory (tools/compile_kernels.py; fp16 takes bf16's code)."""
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
     families = ['FLattenPVT', 'FLattenSwinTransformer', 'L2ViT',
                 'MSFSwinTransformer', 'LessAttnSwinTransformer', 'LaViT']
-    command = [sys.executable, 'tools/compile_kernels.py',
-               '--precision', 'fp32', '--precision', 'bf16']
+    args = ['--precision', 'fp32', '--precision', 'bf16']
     for family in families:
-        command += ['--family', family]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run(command, cwd=root, env=env, capture_output=True,
-                          text=True, timeout=900)
+        args += ['--family', family]
+    done = compile_kernels(*args)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     kernels = {line.split('|')[1].strip() for line in
                done.stdout.splitlines() if line.startswith('| triton_')}
@@ -712,7 +722,7 @@ def test_every_kernel_compiles_for_hopper():
     import glob
     import importlib
     expected = set()
-    for path in glob.glob(os.path.join(root, 'vitattn_mm', 'ops',
+    for path in glob.glob(os.path.join(ROOT, 'vitattn_mm', 'ops',
                                        'triton_*.py')):
         name = os.path.splitext(os.path.basename(path))[0]
         module = importlib.import_module(f'vitattn_mm.ops.{name}')
@@ -727,16 +737,10 @@ def test_linear_attention_tuning_candidates_compile_for_hopper():
     tensor cores ('tf32x3') with 8 warps: they compile for sm_90 too,
     focused (FLatten) and not (L2ViT), so a GPU session spends no time
     on a setting that cannot run."""
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run(
-        [sys.executable, 'tools/compile_kernels.py', '--precision', 'bf16',
-         '--family', 'FLattenPVT', '--family', 'L2ViT', '--set',
-         'triton_linear_attention.DOT_PRECISION=tf32x3', '--set',
-         'triton_linear_attention.NUM_WARPS=8'], cwd=root, env=env,
-        capture_output=True, text=True, timeout=600)
+    done = compile_kernels(
+        '--precision', 'bf16', '--family', 'FLattenPVT', '--family', 'L2ViT',
+        '--set', 'triton_linear_attention.DOT_PRECISION=tf32x3', '--set',
+        'triton_linear_attention.NUM_WARPS=8', timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines()
             if line.startswith('| triton_linear_attention.')]
@@ -746,20 +750,11 @@ def test_linear_attention_tuning_candidates_compile_for_hopper():
 def test_compile_kernels_refuses_bad_input_by_name():
     """An unknown family lists the valid ones; under the interpreter (which
     replaces the compiler) the tool says to unset it."""
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    done = subprocess.run(
-        [sys.executable, 'tools/compile_kernels.py', '--family', 'Swin'],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    done = compile_kernels('--family', 'Swin', timeout=300)
     assert done.returncode == 1
     assert "unknown family ['Swin']" in done.stderr
     assert 'FLattenSwinTransformer' in done.stderr
-    done = subprocess.run(
-        [sys.executable, 'tools/compile_kernels.py'], cwd=root,
-        env=dict(env, TRITON_INTERPRET='1'), capture_output=True, text=True,
-        timeout=300)
+    done = compile_kernels(interpret=True, timeout=300)
     assert done.returncode == 1 and 'unset TRITON_INTERPRET' in done.stderr
 
 
@@ -770,9 +765,8 @@ def test_compile_kernels_sets_launch_settings_by_name(monkeypatch, capsys):
     import argparse
     import importlib.util
     from vitattn_mm.ops import triton_linear_attention as tk
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location(
-        'compile_kernels', os.path.join(root, 'tools', 'compile_kernels.py'))
+        'compile_kernels', os.path.join(ROOT, 'tools', 'compile_kernels.py'))
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     parser = argparse.ArgumentParser(prog='compile_kernels.py')

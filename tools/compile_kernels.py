@@ -74,19 +74,22 @@ def main():
 
 
 def _apply_setting(parser, setting: str):
-    """Set ``vitattn_mm.ops.<module>.<NAME>`` from ``MODULE.NAME=VALUE``
-    (a Python literal, else the text); a name the module lacks is an
-    error."""
-    import importlib
+    """Set a kernel module's launch setting from ``MODULE.NAME=VALUE`` (a
+    Python literal, else the text); a module or setting that does not
+    exist is an error."""
+    from vitattn_mm.ops.backend import kernel_module
     target, _, text = setting.partition('=')
     module, _, name = target.rpartition('.')
+    expected = (f'--set {setting}: expected MODULE.NAME=VALUE with a launch '
+                f'setting of {module} (e.g. NUM_WARPS=8)')
+    if not name or not text:
+        parser.error(expected)
     try:
-        ops = importlib.import_module(f'vitattn_mm.ops.{module}')
+        ops = kernel_module(module, [name])
     except ImportError:
         parser.error(f'--set {setting}: no kernel module {module!r}')
-    if not name or not text or not hasattr(ops, name):
-        parser.error(f'--set {setting}: expected MODULE.NAME=VALUE with a '
-                     f'launch setting of {module} (e.g. NUM_WARPS=8)')
+    except AttributeError:
+        parser.error(expected)
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):

@@ -26,7 +26,8 @@ import contextlib
 import functools
 import importlib
 import os
-from typing import Iterator, Optional
+from types import ModuleType
+from typing import Iterable, Iterator, Optional
 
 import torch
 import torch.nn as nn
@@ -141,3 +142,30 @@ def eager_attention(model: nn.Module) -> Iterator[nn.Module]:
     finally:
         for module, backend in saved:
             module.attn_backend = backend
+
+
+def kernel_module(module: str, names: Iterable[str]) -> ModuleType:
+    """``vitattn_mm.ops.<module>``, a kernel module, checked to have the
+    launch settings ``names`` (module attributes its op reads at every
+    launch: ``BLOCK_N``, ``NUM_WARPS`` ...); ImportError for no such
+    module, AttributeError naming the settings it lacks."""
+    target = importlib.import_module(f'{__package__}.{module}')
+    unknown = [name for name in names if not hasattr(target, name)]
+    if unknown:
+        raise AttributeError(f'{module} has no launch setting {unknown}')
+    return target
+
+
+@contextlib.contextmanager
+def launch_settings(module: str, **values) -> Iterator[None]:
+    """A kernel module's launch settings set to ``values`` inside the
+    context (the GPU suite's tuning), its own after."""
+    target = kernel_module(module, values)
+    saved = {name: getattr(target, name) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(target, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(target, name, value)
