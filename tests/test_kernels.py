@@ -583,6 +583,23 @@ def test_ops_pass_torch_library_opcheck():
                                       'test_autograd_registration'))
 
 
+@pytest.fixture
+def whole_map_tiles(monkeypatch):
+    """The kernels' launch tiles raised to 128 tokens a side, about a tiny
+    backbone's whole map: the interpreter runs each program in turn, at
+    some milliseconds an op whatever the tile, so a step of a tiny
+    backbone in the default tiles (score conv 16 x 64, linear attention
+    32) takes minutes of programs that the kernel tests already check."""
+    from vitattn_mm.ops import (triton_linear_attention,
+                                triton_mean_shift_attention,
+                                triton_score_conv, triton_softmax_apply)
+    monkeypatch.setattr(triton_linear_attention, 'BLOCK_N', 128)
+    monkeypatch.setattr(triton_score_conv, 'BLOCK_Q', 128)
+    monkeypatch.setattr(triton_score_conv, 'BLOCK_K', 128)
+    monkeypatch.setattr(triton_softmax_apply, 'BLOCK', 128)
+    monkeypatch.setattr(triton_mean_shift_attention, 'BLOCK', 128)
+
+
 @pytest.mark.parametrize('name', [
     'FLattenSwinTransformer', 'FLattenPVT',
     pytest.param('FLattenPVTv2', marks=pytest.mark.slow),
@@ -592,11 +609,14 @@ def test_ops_pass_torch_library_opcheck():
     pytest.param('LaViT', marks=pytest.mark.slow),
     pytest.param('LessAttnSwinTransformer', marks=pytest.mark.slow)
 ])
-def test_backbones_train_the_same_with_either_backend(name):
+def test_backbones_train_the_same_with_either_backend(name,
+                                                    whole_map_tiles):
     """A training step of a tiny backbone with the fused ops (their
     kernels, interpreted) gives the eager step's outputs and gradients
     (shifted windows and Swin's mask included):
-    same weights, same keys, an input of odd size."""
+    same weights, same keys, an input of odd size. (The wiring, in tiles
+    as large as the tiny maps: the tests above take each kernel across
+    its default tiles' edges.)"""
     from tiny_backbones import build_tiny
     eager = build_tiny(name, attn_backend='eager').train()
     fused = build_tiny(name, attn_backend='triton').train()
