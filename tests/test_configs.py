@@ -131,6 +131,7 @@ def test_own_train_pipelines_run_on_demo_data(demo_data):
         partial(_own_train_pipeline_runs_on_demo_data, demo_data=demo_data))
 
 
+@pytest.mark.slow
 def test_importing_the_package_registers_everything_configs_name():
     """What ``custom_imports=['vitattn_mm']`` gives a stock tool, in a fresh
     interpreter: every backbone and task model the configs name."""

@@ -216,6 +216,7 @@ def test_a_backbone_step_projects():
     assert len(proj.top) == 3
 
 
+@pytest.mark.slow
 def test_calibrate_refits_a_gpu_suite_run(tmp_path, capsys):
     """``benchmarks/calibrate.py`` reads a suite's train.csv, records each
     row's step as the suite projects it and fits the model: steps made

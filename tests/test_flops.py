@@ -149,6 +149,7 @@ def test_model_zoo_doc_is_current(mask_rcnn_swin_t):
         assert row in doc
 
 
+@pytest.mark.slow
 def test_cli_prints_headline(tmp_path):
     result = subprocess.run(
         [sys.executable, 'tools/get_flops.py',

@@ -379,6 +379,7 @@ def test_init_cfg_without_type_is_pretrained(tmp_path):
     torch.testing.assert_close(model.state_dict(), source.state_dict())
 
 
+@pytest.mark.slow
 def test_every_converter_hint_names_a_command_that_runs():
     """The guard's hint for an official release, rendered for every
     registered backbone: it names the family's converter command where
