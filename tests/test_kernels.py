@@ -584,20 +584,18 @@ def test_ops_pass_torch_library_opcheck():
 
 
 @pytest.fixture
-def whole_map_tiles(monkeypatch):
+def whole_map_tiles():
     """The kernels' launch tiles raised to 128 tokens a side, about a tiny
     backbone's whole map: the interpreter runs each program in turn, at
     some milliseconds an op whatever the tile, so a step of a tiny
     backbone in the default tiles (score conv 16 x 64, linear attention
     32) takes minutes of programs that the kernel tests already check."""
-    from vitattn_mm.ops import (triton_linear_attention,
-                                triton_mean_shift_attention,
-                                triton_score_conv, triton_softmax_apply)
-    monkeypatch.setattr(triton_linear_attention, 'BLOCK_N', 128)
-    monkeypatch.setattr(triton_score_conv, 'BLOCK_Q', 128)
-    monkeypatch.setattr(triton_score_conv, 'BLOCK_K', 128)
-    monkeypatch.setattr(triton_softmax_apply, 'BLOCK', 128)
-    monkeypatch.setattr(triton_mean_shift_attention, 'BLOCK', 128)
+    from vitattn_mm.ops.backend import launch_settings
+    with launch_settings('triton_linear_attention', BLOCK_N=128), \
+            launch_settings('triton_score_conv', BLOCK_Q=128, BLOCK_K=128), \
+            launch_settings('triton_softmax_apply', BLOCK=128), \
+            launch_settings('triton_mean_shift_attention', BLOCK=128):
+        yield
 
 
 @pytest.mark.parametrize('name', [

@@ -351,7 +351,6 @@ def test_linear_attention_fp16_autocast_stays_finite():
     torch.testing.assert_close(out.float(), reference, rtol=1e-2, atol=1e-2)
 
 
-
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
 def test_cpe_adds_its_map_through_the_centre_tap(dtype):
     """The full-precision CPE convolves with the identity folded into its
