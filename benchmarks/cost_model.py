@@ -33,6 +33,13 @@ names one, which on a GPU costs a cast only where aten casts first: a
 softmax of bf16) while the CPU's autocast flag is on, so regions that the
 model runs in fp32 (``full_precision``) stay fp32 here too.
 
+Memory: the bytes autograd keeps for the backward (the activations a
+step holds at the end of its forward: most of a training step's peak
+beyond the weights, their gradients and the optimizer's state), counted
+by :class:`SavedActivations` while the forward is recorded: every saved
+tensor's storage once (views of one tensor share it), parameters and
+buffers left out.
+
 Time per op is the largest of ``FLOPs / (peak x MFU)``, ``bytes /
 (bandwidth x efficiency)`` and a kernel floor; the step is the larger of the
 kernels back to back and the eager dispatch (``ops x dispatch``), which
@@ -239,6 +246,48 @@ class StepRecorder(TorchDispatchMode):
         self.ops.append(OpRecord(str(func.name()), int(flops), int(nbytes),
                                  self.phase))
         return out
+
+
+class SavedActivations:
+    """The bytes autograd keeps for the backward of what runs inside it
+    (``torch.autograd.graph.saved_tensors_hooks``): each saved tensor's
+    storage once, so that views of one tensor and a tensor saved by
+    several ops count once, and the whole storage (a saved slice keeps
+    all of it alive); the storages of ``model``'s parameters and buffers
+    are left out (they are held whatever the step keeps).
+
+    Args:
+        model (nn.Module): The model whose weights are not activations.
+    """
+
+    def __init__(self, model: nn.Module):
+        self._weights = {_storage_key(t) for t in (*model.parameters(),
+                                                   *model.buffers())}
+        self._sizes: Dict[int, int] = {}
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(
+            self._pack, lambda t: t)
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        key = _storage_key(t)
+        if key not in self._weights:
+            self._sizes[key] = t.untyped_storage().nbytes()
+        return t
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self._sizes.values())
+
+    def __enter__(self) -> 'SavedActivations':
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hooks.__exit__(*exc)
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    """The identity of ``t``'s storage (a meta storage has no address)."""
+    return t.untyped_storage()._cdata
 
 
 def tally(ops: Sequence[OpRecord]) -> List[list]:
@@ -451,18 +500,21 @@ def build_on_meta(cfg: dict) -> nn.Module:
 
 
 def record_step(model: nn.Module, shape: Shape, batch: int = 2,
-                dtype: Optional[torch.dtype] = torch.bfloat16
+                dtype: Optional[torch.dtype] = torch.bfloat16,
+                activations: Optional[SavedActivations] = None
                 ) -> List[OpRecord]:
     """Every kernel of one training step of ``model`` (on the meta device)
     at ``batch`` images of ``shape``: forward under autocast to ``dtype``
-    (None: fp32), backward of the outputs' means plus auxiliary losses."""
+    (None: fp32), backward of the outputs' means plus auxiliary losses.
+    Given ``activations`` (a :class:`SavedActivations` of ``model``), the
+    forward runs inside it, which counts what it keeps."""
     model.train()
     image = torch.empty(batch, 3, *shape, device='meta')
     recorder = StepRecorder()
     autocast = torch.autocast('cpu', dtype=dtype) if dtype else \
         contextlib.nullcontext()
     with recorder, MetaAutocast():
-        with autocast:
+        with autocast, activations or contextlib.nullcontext():
             outs = model(image)
             if isinstance(outs, torch.Tensor):
                 outs = (outs, )
@@ -484,6 +536,9 @@ class Projection:
     kernel_ms: float
     dispatch_ms: float
     top: List[Tuple[str, float, int]] = field(default_factory=list)
+    #: GB kept for the backward (:class:`SavedActivations`); None where
+    #: the step was recorded without counting them.
+    saved_gb: Optional[float] = None
 
     @property
     def ms(self) -> float:
@@ -632,9 +687,13 @@ def with_backend(cfg: dict, backend: Optional[str]) -> dict:
 
 def measure(cfg: dict, shape: Shape, hardware: Hardware, top: int,
             dtype: Optional[torch.dtype] = torch.bfloat16) -> Projection:
-    """Build ``cfg`` on the meta device, record a step, project it."""
+    """Build ``cfg`` on the meta device, record a step, project it (with
+    the GB its forward keeps for the backward)."""
     model = build_on_meta(cfg)
-    return project(record_step(model, shape, dtype=dtype), hardware, top)
+    saved = SavedActivations(model)
+    proj = project(record_step(model, shape, dtype=dtype, activations=saved),
+                   hardware, top)
+    return replace(proj, saved_gb=saved.nbytes / 1e9)
 
 
 def _ratio(a: float, b: Optional[float]) -> str:
@@ -658,7 +717,8 @@ def table(rows: Sequence[Row], shape: Shape, hardware: Hardware,
         f'### {shape[0]}x{shape[1]}, batch 2'
         + (f', attn_backend={backend!r}' if backend else ''), '',
         '| model | GFLOP | GB moved | ops | projected ms | vs stock | '
-        'vs skeleton | ops vs skeleton |', '|' + ' --- |' * 8
+        'vs skeleton | ops vs skeleton | GB saved | saved vs skeleton |',
+        '|' + ' --- |' * 10
     ]
     notes = []
     for row in rows:
@@ -670,15 +730,20 @@ def table(rows: Sequence[Row], shape: Shape, hardware: Hardware,
             f'{proj.ops} | {proj.ms:.1f} | '
             f'{_ratio(proj.ms, stock and stock.ms)} | '
             f'{_ratio(proj.ms, skeleton and skeleton.ms)} | '
-            f'{_ratio(proj.ops, skeleton and skeleton.ops)} |')
+            f'{_ratio(proj.ops, skeleton and skeleton.ops)} | '
+            f'{proj.saved_gb:.2f} | '
+            f'{_ratio(proj.saved_gb, skeleton and skeleton.saved_gb)} |')
         notes.append(f'* {row.label}: ' + '; '.join(
             f'{name} {ms:.2f} ms x{n}' for name, ms, n in proj.top))
     for label in sorted(cache, key=list(BASELINES).index):
         proj = cache[label]
         lines.append(f'| {label} | {proj.gflop:.0f} | {proj.gbytes:.1f} | '
-                     f'{proj.ops} | {proj.ms:.1f} | | | |')
-    return '\n'.join(lines + ['', f'Top {top} ops by projected time:'] +
-                     notes) + '\n'
+                     f'{proj.ops} | {proj.ms:.1f} | | | | '
+                     f'{proj.saved_gb:.2f} | |')
+    return '\n'.join(lines + [
+        '', 'GB saved: the activations the forward keeps for the backward '
+        '(each storage once; weights left out).', '',
+        f'Top {top} ops by projected time:'] + notes) + '\n'
 
 
 def parse_shape(text: str) -> Shape:

@@ -214,6 +214,37 @@ def test_a_backbone_step_projects():
                       cm.Hardware(), top=3)
     assert proj.ops > 100 and proj.gflop > 0 and proj.ms > 0
     assert len(proj.top) == 3
+    # Activations at least the stem's output (2 x 32 x 16 x 24, bf16),
+    # kept by the first block's norm.
+    assert proj.saved_gb * 1e9 > 2 * 32 * 16 * 24 * 2
+
+
+def test_saved_activations_count_each_storage_once_and_no_weight():
+    """What the forward keeps for the backward: the linear layer's input
+    (its weight is a parameter, kept through a transposed view) and the
+    exponential's output, once, though the product saves two slices of
+    it again; the product's output is kept by nothing."""
+    linear = nn.Linear(8, 16, bias=True, device='meta')
+    x = torch.empty(4, 8, device='meta', requires_grad=True)
+    with cm.SavedActivations(linear) as saved:
+        y = linear(x).exp()
+        out = (y[:, :8] * y[:, 8:]).sum()
+    assert saved.nbytes == (4 * 8 + 4 * 16) * 4
+    out.backward()  # the hooks are gone: the backward keeps its own
+    assert saved.nbytes == (4 * 8 + 4 * 16) * 4
+
+
+def test_saved_activations_of_a_step_are_the_forwards():
+    """``record_step`` counts inside its forward only, in the autocast
+    dtype: the convolution keeps the image cast to bf16 and the cached
+    bf16 copy of its weight (a cast, not the parameter), GELU its bf16
+    input."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.GELU()).to('meta')
+    saved = cm.SavedActivations(model)
+    cm.record_step(model, (8, 8), batch=2, activations=saved)
+    image, conv_out = 2 * 3 * 8 * 8 * 2, 2 * 4 * 8 * 8 * 2
+    weight = 4 * 3 * 2
+    assert saved.nbytes == image + weight + conv_out
 
 
 @pytest.mark.slow
