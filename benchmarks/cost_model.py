@@ -285,6 +285,23 @@ class SavedActivations:
         self._hooks.__exit__(*exc)
 
 
+#: A training step's peak on the GPU, from what the cost model counts:
+#: 16 bytes a parameter (AdamW: the fp32 weight, its gradient, two
+#: moments) plus the saved activations times 1.08 (the allocator's
+#: blocks and the backward's transient maps), the fit to every bf16 row
+#: of the first H200 run at 800x1280 (within 5%; docs/benchmarks.md).
+PEAK_BYTES_PER_PARAMETER = 16
+PEAK_PER_SAVED_BYTE = 1.08
+
+
+def projected_peak_mib(parameters: int, saved_bytes: int) -> float:
+    """A training step's projected peak memory (MiB) on the GPU, from the
+    model's parameter count and what its forward keeps
+    (:class:`SavedActivations`)."""
+    return (PEAK_BYTES_PER_PARAMETER * parameters +
+            PEAK_PER_SAVED_BYTE * saved_bytes) / 2**20
+
+
 def _storage_key(t: torch.Tensor) -> int:
     """The identity of ``t``'s storage (a meta storage has no address)."""
     return t.untyped_storage()._cdata

@@ -652,7 +652,8 @@ TRAIN_COLUMNS = ['model', 'role', 'baseline', 'type', 'arch', 'height',
                  'width', 'batch', 'precision', 'attn_backend', 'status',
                  'step_ms', 'images_per_s', 'peak_mib', 'speed_ratio',
                  'memory_ratio', 'scaler_skips', 'projected_ms',
-                 'projected_speed_ratio', 'ratio_error', 'note']
+                 'projected_speed_ratio', 'ratio_error',
+                 'projected_peak_mib', 'note']
 
 
 def _train_ratios(table: Table) -> None:
@@ -765,7 +766,10 @@ def run_train(ctx: 'Context') -> Table:
                 'triton' if backend == 'triton' else None)
             table.add(**row, **(result or {}), status=status, note=note,
                       attn_backend=backend,
-                      projected_ms=projected and projected.ms)
+                      projected_ms=projected and projected.ms,
+                      projected_peak_mib=ctx.projected_peak(
+                          spec, shape, precision,
+                          'triton' if backend == 'triton' else None))
             ctx.log(f'[train] {spec.label} {shape[0]}x{shape[1]} '
                     f'{precision}: ' + (
                         f"{result['images_per_s']:.2f} img/s, "
@@ -802,10 +806,13 @@ def train_markdown(table: Table) -> str:
             _fmt(r.get('projected_speed_ratio')), _percent(
                 r.get('ratio_error')), _fmt(r.get('peak_mib'), 0),
             _fmt(b.get('peak_mib'), 0), bold(_fmt(r.get('memory_ratio'))),
+            _fmt(r.get('projected_peak_mib'), 0),
+            _fmt(b.get('projected_peak_mib'), 0),
             r.get('attn_backend', ''), note])
     return markdown(['model', 'baseline', 'input', 'precision', 'img/s',
                      'baseline img/s', 'speed ratio', 'projected',
                      'error', 'peak MiB', 'baseline MiB', 'memory ratio',
+                     'projected peak MiB', 'projected baseline MiB',
                      'attn_backend', 'note'], rows)
 
 
@@ -1637,6 +1644,8 @@ class Context:
         self.smoke = smoke
         self._models: Dict[str, Tuple[Optional[nn.Module], Optional[str]]] = {}
         self._steps: Dict[tuple, Optional[list]] = {}
+        #: Projected peak MiB of each recorded step, by the same key.
+        self._peaks: Dict[tuple, float] = {}
         self.hardware = cost_model.Hardware()
         #: What the run's calibration found (:meth:`calibrate`).
         self.calibration: Optional[str] = None
@@ -1679,8 +1688,13 @@ class Context:
                 with torch.device('meta'):
                     model = build_model(spec, self.smoke, **(
                         dict(attn_backend=backend) if backend else {}))
+                saved = cost_model.SavedActivations(model)
                 self._steps[key] = cost_model.record_step(
-                    model, shape, self.settings.batch, torch.bfloat16)
+                    model, shape, self.settings.batch, torch.bfloat16,
+                    activations=saved)
+                self._peaks[key] = cost_model.projected_peak_mib(
+                    sum(p.numel() for p in model.parameters()),
+                    saved.nbytes)
                 self._keep_steps()
             except Exception as exc:  # the row says it has no projection
                 self.log(f'[cost model] {spec.label}: '
@@ -1705,6 +1719,14 @@ class Context:
         ops = self.projected_step(spec, shape, precision, backend)
         return None if ops is None else cost_model.project(ops,
                                                            self.hardware)
+
+    def projected_peak(self, spec: ModelSpec, shape: Shape, precision: str,
+                       backend: Optional[str] = None) -> Optional[float]:
+        """The step's projected peak memory in MiB
+        (:func:`cost_model.projected_peak_mib`; None if not projected)."""
+        if self.projected_step(spec, shape, precision, backend) is None:
+            return None
+        return self._peaks[(spec.label, shape, 'bf16', backend)]
 
     def calibrate(self, rows: Sequence[dict]) -> None:
         """Where a projected ratio is off by more than 25%, fit the cost
@@ -1793,8 +1815,11 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
                f'memory ratio = peak / the baseline\'s; {memory}. '
                'Projected = the cost model\'s speed ratio (an H100\'s '
                'parameters, this run\'s archs and sizes; bf16 and fp16 '
-               'rows); error = measured / projected - 1; attn_backend = '
-               'what the family\'s attentions ran.'),
+               'rows); error = measured / projected - 1; projected peak '
+               '= 16 bytes a parameter + 1.08 x the activations the '
+               'cost model counts the forward keeping (its fit to the '
+               'first H200 run); attn_backend = what the family\'s '
+               'attentions ran.'),
         backends=('Training step of each family at the first input size, '
                   'bf16 on CUDA (fp32 elsewhere), the same weights with '
                   "attn_backend='eager' and 'triton'; speed-up = eager ms / "

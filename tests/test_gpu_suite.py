@@ -115,6 +115,14 @@ def _check_train_rows(out):
         # The cost model's projection beside every autocast row.
         projected = r['precision'] in suite.PROJECTED
         assert (r['projected_ms'] != '') is projected, r
+        # And its projected peak: above the weights' 16 bytes a parameter.
+        assert (r['projected_peak_mib'] != '') is projected, r
+        if projected:
+            import vitattn_mm  # noqa: F401  (registers the classes)
+            with torch.device('meta'):
+                model = suite.build_model(suite.SPECS[r['model']], True)
+            weights = 16 * sum(p.numel() for p in model.parameters())
+            assert float(r['projected_peak_mib']) > weights / 2**20, r
         if r['role'] == 'family':
             assert r['baseline'] == suite.SPECS[r['model']].baseline
             assert _finite(r['speed_ratio']), r
