@@ -874,7 +874,8 @@ def headline_markdown(tables: Dict[str, 'Table']) -> str:
 BACKEND_COLUMNS = ['model', 'type', 'arch', 'height', 'width', 'batch',
                    'precision', 'attn_backend', 'status', 'step_ms',
                    'images_per_s', 'peak_mib', 'speed_ratio', 'projected_ms',
-                   'projected_speed_ratio', 'ratio_error', 'note']
+                   'projected_speed_ratio', 'ratio_error',
+                   'projected_peak_mib', 'note']
 
 
 def _backend_ratios(table: Table) -> None:
@@ -922,6 +923,8 @@ def run_backends(ctx: 'Context') -> Table:
                       precision=precision, attn_backend=backend,
                       status=status, note=note,
                       projected_ms=projected and projected.ms,
+                      projected_peak_mib=ctx.projected_peak(
+                          spec, shape, 'bf16', backend),
                       **(result or {}))
             ctx.log(f'[backends] {spec.label} {backend}: ' + (
                 f"{result['step_ms']:.1f} ms" if result else
@@ -947,11 +950,15 @@ def backends_markdown(table: Table) -> str:
             bold(_fmt(r.get('speed_ratio'))),
             _fmt(e.get('projected_ms'), 1), _fmt(r.get('projected_ms'), 1),
             _fmt(r.get('projected_speed_ratio')),
-            _percent(r.get('ratio_error')),
+            _percent(r.get('ratio_error')), _fmt(e.get('peak_mib'), 0),
+            _fmt(r.get('peak_mib'), 0), _fmt(e.get('projected_peak_mib'), 0),
+            _fmt(r.get('projected_peak_mib'), 0),
             r['note'] if r['status'] != 'ok' else e.get('note', '')])
     return markdown(['family', 'input', 'precision', 'eager ms', 'fused ms',
                      'speed-up', 'projected eager ms', 'projected fused ms',
-                     'projected speed-up', 'error', 'note'], rows)
+                     'projected speed-up', 'error', 'eager peak MiB',
+                     'fused peak MiB', 'projected eager peak MiB',
+                     'projected fused peak MiB', 'note'], rows)
 
 
 # ----------------------------------------------------------------- kernels
@@ -1824,7 +1831,9 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
                   'bf16 on CUDA (fp32 elsewhere), the same weights with '
                   "attn_backend='eager' and 'triton'; speed-up = eager ms / "
                   'fused ms; projected = the cost model\'s, of a bf16 step '
-                  'on an H100.'),
+                  'on an H100; peaks measured as in the training section, '
+                  'and projected (16 bytes a parameter + 1.08 x the '
+                  'activations the forward keeps).'),
         numerics=(f'{s.numerics_steps} steps per precision from the same '
                   f'initial weights, {s.numerics_shape[0]}x'
                   f'{s.numerics_shape[1]} batch {s.numerics_batch}, fixed '

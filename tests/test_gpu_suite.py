@@ -140,6 +140,7 @@ def _check_backend_rows(out):
     for r in rows:
         assert r['status'] == 'ok', r
         assert float(r['step_ms']) > 0 and float(r['projected_ms']) > 0
+        assert float(r['projected_peak_mib']) > 0
         if r['attn_backend'] == 'triton':
             assert _finite(r['speed_ratio']), r
             assert _finite(r['projected_speed_ratio']), r
