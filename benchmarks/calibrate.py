@@ -10,7 +10,10 @@ bandwidth efficiency, dispatch cost and the fused ops' efficiency
 per row, the measured and projected step and speed ratio (a family against
 its baseline; a fused row against its eager row) with both the default and
 the fitted parameters. fp16 rows are left out of the fit: their
-GradScaler's unscale and inf checks are not in the projection.
+GradScaler's unscale and inf checks are not in the projection. Then the
+peaks: the factor on the saved activations that projects the measured
+peaks (:func:`cost_model.fit_peak`, :func:`peak_samples`), each row's
+error with it and with ``cost_model.PEAK_PER_SAVED_BYTE``.
 Example (the runs kept in the repository)::
 
     python benchmarks/calibrate.py benchmarks/gpu_runs/*/train.csv \
@@ -82,6 +85,53 @@ def _kept_steps(run_dir: str) -> dict:
         return {}
     with open(path) as f:
         return json.load(f)
+
+
+def peak_samples(rows: List[dict]) -> List[Tuple[dict, int, int]]:
+    """``(row, parameters, saved bytes)`` of each row with a measured peak
+    and a record of what its step kept: the row's own ``parameters`` and
+    ``saved_mib`` columns, or for a run that predates them its
+    :data:`cost_model.MEMORY_FILE` (recorded from the commit it measured;
+    never from today's code, whose steps keep less)."""
+    kept: Dict[str, dict] = {}
+    samples = []
+    for r in rows:
+        if not r.get('peak_mib'):
+            continue
+        if r.get('saved_mib'):
+            samples.append((r, int(r['parameters']),
+                            round(float(r['saved_mib']) * 2**20)))
+            continue
+        run_dir = os.path.dirname(r['source'])
+        if run_dir not in kept:
+            path = os.path.join(run_dir, cost_model.MEMORY_FILE)
+            kept[run_dir] = json.load(open(path)) if os.path.exists(
+                path) else {}
+        entry = kept[run_dir].get(step_name(step_key(r)))
+        if entry:
+            samples.append((r, *entry))
+    return samples
+
+
+def peak_table(samples: List[Tuple[dict, int, int]],
+               factor: float) -> str:
+    """Measured vs projected peaks, with the constant and the fitted
+    factor on the saved bytes."""
+    lines = ['| run | model | input | backend | measured MiB | projected MiB '
+             '(constant / fitted) | error (constant / fitted) |',
+             '|' + ' --- |' * 7]
+    for r, parameters, saved in samples:
+        measured = float(r['peak_mib'])
+        projected = [cost_model.projected_peak_mib(parameters, saved, k)
+                     for k in (cost_model.PEAK_PER_SAVED_BYTE, factor)]
+        lines.append('| ' + ' | '.join([
+            os.path.basename(os.path.dirname(r['source'])) or '.',
+            r['model'], f"{r['height']}x{r['width']}",
+            r.get('attn_backend') or '', f'{measured:.0f}',
+            ' / '.join(f'{p:.0f}' for p in projected),
+            ' / '.join(f'{(p / measured - 1) * 100:+.1f}%'
+                       for p in projected)]) + ' |')
+    return '\n'.join(lines)
 
 
 def step_key(r: dict) -> Tuple:
@@ -159,6 +209,15 @@ def main(argv: Optional[List[str]] = None) -> int:
           f'fused_efficiency={fitted.fused_efficiency}: RMS log error '
           f'{error:.2f}.')
     print(table(rows, steps, default, fitted))
+    samples = peak_samples(rows)
+    if samples:
+        factor, worst = cost_model.fit_peak(
+            [(p, b, float(r['peak_mib'])) for r, p, b in samples])
+        print(f'\n{len(samples)} bf16 peaks: 16 B a parameter + {factor:.3f} '
+              f'x the saved activations (PEAK_PER_SAVED_BYTE '
+              f'{cost_model.PEAK_PER_SAVED_BYTE}); largest error '
+              f'{worst * 100:.1f}%.')
+        print(peak_table(samples, factor))
     return 0
 
 

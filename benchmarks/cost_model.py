@@ -287,19 +287,40 @@ class SavedActivations:
 
 #: A training step's peak on the GPU, from what the cost model counts:
 #: 16 bytes a parameter (AdamW: the fp32 weight, its gradient, two
-#: moments) plus the saved activations times 1.08 (the allocator's
-#: blocks and the backward's transient maps), the fit to every bf16 row
-#: of the first H200 run at 800x1280 (within 5%; docs/benchmarks.md).
+#: moments) plus the saved activations times 1.07 (the allocator's
+#: blocks and the backward's transient maps): :func:`fit_peak` over the
+#: 24 bf16 steps of the kept H200 runs (eager and fused, both sizes;
+#: each within 6%; ``benchmarks/calibrate.py`` refits it).
 PEAK_BYTES_PER_PARAMETER = 16
-PEAK_PER_SAVED_BYTE = 1.08
+PEAK_PER_SAVED_BYTE = 1.07
+#: Beside the CSVs of a run whose rows predate their ``parameters`` and
+#: ``saved_mib`` columns: each step's parameter count and saved bytes by
+#: :func:`step_name`, recorded from the commit the run measured.
+MEMORY_FILE = 'memory.json'
 
 
-def projected_peak_mib(parameters: int, saved_bytes: int) -> float:
+def projected_peak_mib(parameters: int, saved_bytes: int,
+                       per_saved_byte: float = PEAK_PER_SAVED_BYTE
+                       ) -> float:
     """A training step's projected peak memory (MiB) on the GPU, from the
     model's parameter count and what its forward keeps
     (:class:`SavedActivations`)."""
     return (PEAK_BYTES_PER_PARAMETER * parameters +
-            PEAK_PER_SAVED_BYTE * saved_bytes) / 2**20
+            per_saved_byte * saved_bytes) / 2**20
+
+
+def fit_peak(samples: Sequence[Tuple[int, int, float]]
+             ) -> Tuple[float, float]:
+    """The factor on the saved bytes that best projects measured peaks:
+    ``samples`` are ``(parameters, saved bytes, measured peak MiB)``; the
+    least-squares fit of ``peak - weights = factor x saved``. Returns the
+    factor and the largest relative error of a projection with it."""
+    excess = [(peak - PEAK_BYTES_PER_PARAMETER * params / 2**20,
+               saved / 2**20) for params, saved, peak in samples]
+    factor = sum(e * s for e, s in excess) / sum(s * s for _, s in excess)
+    error = max(abs(projected_peak_mib(params, saved, factor) / peak - 1)
+                for params, saved, peak in samples)
+    return factor, error
 
 
 def _storage_key(t: torch.Tensor) -> int:

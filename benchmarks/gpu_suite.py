@@ -653,7 +653,8 @@ TRAIN_COLUMNS = ['model', 'role', 'baseline', 'type', 'arch', 'height',
                  'step_ms', 'images_per_s', 'peak_mib', 'speed_ratio',
                  'memory_ratio', 'scaler_skips', 'projected_ms',
                  'projected_speed_ratio', 'ratio_error',
-                 'projected_peak_mib', 'note']
+                 'projected_peak_mib', 'parameters',
+                 'saved_mib', 'note']
 
 
 def _train_ratios(table: Table) -> None:
@@ -767,7 +768,7 @@ def run_train(ctx: 'Context') -> Table:
             table.add(**row, **(result or {}), status=status, note=note,
                       attn_backend=backend,
                       projected_ms=projected and projected.ms,
-                      projected_peak_mib=ctx.projected_peak(
+                      **ctx.projected_memory(
                           spec, shape, precision,
                           'triton' if backend == 'triton' else None))
             ctx.log(f'[train] {spec.label} {shape[0]}x{shape[1]} '
@@ -875,7 +876,8 @@ BACKEND_COLUMNS = ['model', 'type', 'arch', 'height', 'width', 'batch',
                    'precision', 'attn_backend', 'status', 'step_ms',
                    'images_per_s', 'peak_mib', 'speed_ratio', 'projected_ms',
                    'projected_speed_ratio', 'ratio_error',
-                   'projected_peak_mib', 'note']
+                   'projected_peak_mib', 'parameters',
+                   'saved_mib', 'note']
 
 
 def _backend_ratios(table: Table) -> None:
@@ -923,8 +925,7 @@ def run_backends(ctx: 'Context') -> Table:
                       precision=precision, attn_backend=backend,
                       status=status, note=note,
                       projected_ms=projected and projected.ms,
-                      projected_peak_mib=ctx.projected_peak(
-                          spec, shape, 'bf16', backend),
+                      **ctx.projected_memory(spec, shape, 'bf16', backend),
                       **(result or {}))
             ctx.log(f'[backends] {spec.label} {backend}: ' + (
                 f"{result['step_ms']:.1f} ms" if result else
@@ -1651,8 +1652,8 @@ class Context:
         self.smoke = smoke
         self._models: Dict[str, Tuple[Optional[nn.Module], Optional[str]]] = {}
         self._steps: Dict[tuple, Optional[list]] = {}
-        #: Projected peak MiB of each recorded step, by the same key.
-        self._peaks: Dict[tuple, float] = {}
+        #: (parameters, saved bytes) of each recorded step, by the same key.
+        self._memory: Dict[tuple, Tuple[int, int]] = {}
         self.hardware = cost_model.Hardware()
         #: What the run's calibration found (:meth:`calibrate`).
         self.calibration: Optional[str] = None
@@ -1699,7 +1700,7 @@ class Context:
                 self._steps[key] = cost_model.record_step(
                     model, shape, self.settings.batch, torch.bfloat16,
                     activations=saved)
-                self._peaks[key] = cost_model.projected_peak_mib(
+                self._memory[key] = (
                     sum(p.numel() for p in model.parameters()),
                     saved.nbytes)
                 self._keep_steps()
@@ -1712,7 +1713,8 @@ class Context:
     def _keep_steps(self) -> None:
         """Write the recorded steps beside the CSVs (``steps.json``, as
         benchmarks/calibrate.py reads them): a later fit then compares each
-        measured time with the step that ran."""
+        measured time with the step that ran (and each peak with what the
+        step kept: the rows' ``parameters`` and ``saved_mib``)."""
         kept = {cost_model.step_name(label, h, w, backend):
                 cost_model.tally(ops)
                 for (label, (h, w), _, backend), ops in self._steps.items()
@@ -1727,13 +1729,19 @@ class Context:
         return None if ops is None else cost_model.project(ops,
                                                            self.hardware)
 
-    def projected_peak(self, spec: ModelSpec, shape: Shape, precision: str,
-                       backend: Optional[str] = None) -> Optional[float]:
-        """The step's projected peak memory in MiB
-        (:func:`cost_model.projected_peak_mib`; None if not projected)."""
+    def projected_memory(self, spec: ModelSpec, shape: Shape,
+                         precision: str,
+                         backend: Optional[str] = None) -> dict:
+        """A row's memory columns: the step's projected peak in MiB
+        (:func:`cost_model.projected_peak_mib`), the model's parameters and
+        the MiB its forward keeps for the backward (what a later fit of
+        the peaks reads); empty if the step is not projected."""
         if self.projected_step(spec, shape, precision, backend) is None:
-            return None
-        return self._peaks[(spec.label, shape, 'bf16', backend)]
+            return {}
+        parameters, saved = self._memory[(spec.label, shape, 'bf16',
+                                          backend)]
+        return dict(projected_peak_mib=cost_model.projected_peak_mib(
+            parameters, saved), parameters=parameters, saved_mib=saved / 2**20)
 
     def calibrate(self, rows: Sequence[dict]) -> None:
         """Where a projected ratio is off by more than 25%, fit the cost
@@ -1823,7 +1831,7 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
                'Projected = the cost model\'s speed ratio (an H100\'s '
                'parameters, this run\'s archs and sizes; bf16 and fp16 '
                'rows); error = measured / projected - 1; projected peak '
-               '= 16 bytes a parameter + 1.08 x the activations the '
+               '= 16 bytes a parameter + 1.07 x the activations the '
                'cost model counts the forward keeping (its fit to the '
                'first H200 run); attn_backend = what the family\'s '
                'attentions ran.'),
@@ -1832,7 +1840,7 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
                   "attn_backend='eager' and 'triton'; speed-up = eager ms / "
                   'fused ms; projected = the cost model\'s, of a bf16 step '
                   'on an H100; peaks measured as in the training section, '
-                  'and projected (16 bytes a parameter + 1.08 x the '
+                  'and projected (16 bytes a parameter + 1.07 x the '
                   'activations the forward keeps).'),
         numerics=(f'{s.numerics_steps} steps per precision from the same '
                   f'initial weights, {s.numerics_shape[0]}x'

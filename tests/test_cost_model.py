@@ -327,6 +327,33 @@ def test_the_h200_preset_is_the_fit_of_the_kept_gpu_runs():
     assert error < 0.2
 
 
+def test_fit_peak_recovers_the_factor_of_peaks_made_with_it():
+    samples = [(10**6, 3 * 2**30, 0.), (4 * 10**6, 2**29, 0.)]
+    samples = [(p, s, cm.projected_peak_mib(p, s, 1.2)) for p, s, _ in samples]
+    factor, error = cm.fit_peak(samples)
+    assert factor == pytest.approx(1.2) and error == pytest.approx(0, abs=1e-9)
+
+
+def test_the_peak_factor_is_the_fit_of_the_kept_gpu_runs():
+    """``PEAK_PER_SAVED_BYTE`` is what benchmarks/calibrate.py fits to the
+    measured peaks of the kept runs (each with what its step kept,
+    recorded from the commit it measured), not a number typed in."""
+    import glob
+    import sys
+    sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
+    import calibrate
+    rows = [r for p in sorted(glob.glob(osp.join(
+        ROOT, 'benchmarks', 'gpu_runs', '*', '*.csv')))
+        if osp.basename(p) in ('train.csv', 'backends.csv')
+        for r in calibrate.load_rows(p)]
+    samples = calibrate.peak_samples(rows)
+    assert len(samples) == 24
+    factor, error = cm.fit_peak([(p, b, float(r['peak_mib']))
+                                 for r, p, b in samples])
+    assert round(factor, 2) == cm.PEAK_PER_SAVED_BYTE
+    assert error < 0.06
+
+
 def test_no_eager_step_takes_tensors_apart_by_select():
     """Issue 31's pass: no backbone's eager training step takes heads or
     q / k / v apart with ``select`` (whose backward writes a zero map of

@@ -115,14 +115,19 @@ def _check_train_rows(out):
         # The cost model's projection beside every autocast row.
         projected = r['precision'] in suite.PROJECTED
         assert (r['projected_ms'] != '') is projected, r
-        # And its projected peak: above the weights' 16 bytes a parameter.
+        # And its projected peak, from the model's parameters and what its
+        # step keeps (more than nothing), as a later fit reads them.
         assert (r['projected_peak_mib'] != '') is projected, r
         if projected:
             import vitattn_mm  # noqa: F401  (registers the classes)
             with torch.device('meta'):
                 model = suite.build_model(suite.SPECS[r['model']], True)
-            weights = 16 * sum(p.numel() for p in model.parameters())
-            assert float(r['projected_peak_mib']) > weights / 2**20, r
+            assert int(r['parameters']) == sum(
+                p.numel() for p in model.parameters())
+            assert float(r['saved_mib']) > 0
+            assert float(r['projected_peak_mib']) == pytest.approx(
+                suite.cost_model.projected_peak_mib(
+                    int(r['parameters']), float(r['saved_mib']) * 2**20))
         if r['role'] == 'family':
             assert r['baseline'] == suite.SPECS[r['model']].baseline
             assert _finite(r['speed_ratio']), r
