@@ -64,7 +64,7 @@ def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
             continue
         run_dir = os.path.dirname(r['source'])
         if run_dir not in kept:
-            kept[run_dir] = _kept_steps(run_dir)
+            kept[run_dir] = _kept(run_dir, STEPS_FILE)
         if step_name(key) in kept[run_dir]:
             steps[key] = cost_model.untally(kept[run_dir][step_name(key)])
             continue
@@ -79,8 +79,9 @@ def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
     return steps
 
 
-def _kept_steps(run_dir: str) -> dict:
-    path = os.path.join(run_dir, STEPS_FILE)
+def _kept(run_dir: str, name: str) -> dict:
+    """A run's kept JSON file ``name`` (empty where it has none)."""
+    path = os.path.join(run_dir, name)
     if not os.path.exists(path):
         return {}
     with open(path) as f:
@@ -104,9 +105,7 @@ def peak_samples(rows: List[dict]) -> List[Tuple[dict, int, int]]:
             continue
         run_dir = os.path.dirname(r['source'])
         if run_dir not in kept:
-            path = os.path.join(run_dir, cost_model.MEMORY_FILE)
-            kept[run_dir] = json.load(open(path)) if os.path.exists(
-                path) else {}
+            kept[run_dir] = _kept(run_dir, cost_model.MEMORY_FILE)
         entry = kept[run_dir].get(step_name(step_key(r)))
         if entry:
             samples.append((r, *entry))

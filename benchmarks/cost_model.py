@@ -315,8 +315,8 @@ def fit_peak(samples: Sequence[Tuple[int, int, float]]
     ``samples`` are ``(parameters, saved bytes, measured peak MiB)``; the
     least-squares fit of ``peak - weights = factor x saved``. Returns the
     factor and the largest relative error of a projection with it."""
-    excess = [(peak - PEAK_BYTES_PER_PARAMETER * params / 2**20,
-               saved / 2**20) for params, saved, peak in samples]
+    excess = [(peak - projected_peak_mib(params, 0), saved / 2**20)
+              for params, saved, peak in samples]
     factor = sum(e * s for e, s in excess) / sum(s * s for _, s in excess)
     error = max(abs(projected_peak_mib(params, saved, factor) / peak - 1)
                 for params, saved, peak in samples)

@@ -1816,6 +1816,13 @@ SECTION_TITLES = dict(
     tuning='The kernels\' launch settings (tuning.csv)')
 
 
+#: How a row's projected peak is made, for the section notes.
+PEAK_RULE = (f'{cost_model.PEAK_BYTES_PER_PARAMETER} bytes a parameter + '
+             f'{cost_model.PEAK_PER_SAVED_BYTE} x the activations the cost '
+             'model counts the forward keeping (its fit to the kept H200 '
+             'runs)')
+
+
 def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
     s = settings
     res = ', '.join(f'{h}x{w}' for h, w in s.resolutions)
@@ -1831,17 +1838,14 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
                'Projected = the cost model\'s speed ratio (an H100\'s '
                'parameters, this run\'s archs and sizes; bf16 and fp16 '
                'rows); error = measured / projected - 1; projected peak '
-               '= 16 bytes a parameter + 1.07 x the activations the '
-               'cost model counts the forward keeping (its fit to the '
-               'first H200 run); attn_backend = what the family\'s '
+               f'= {PEAK_RULE}; attn_backend = what the family\'s '
                'attentions ran.'),
         backends=('Training step of each family at the first input size, '
                   'bf16 on CUDA (fp32 elsewhere), the same weights with '
                   "attn_backend='eager' and 'triton'; speed-up = eager ms / "
                   'fused ms; projected = the cost model\'s, of a bf16 step '
                   'on an H100; peaks measured as in the training section, '
-                  'and projected (16 bytes a parameter + 1.07 x the '
-                  'activations the forward keeps).'),
+                  f'and projected ({PEAK_RULE}).'),
         numerics=(f'{s.numerics_steps} steps per precision from the same '
                   f'initial weights, {s.numerics_shape[0]}x'
                   f'{s.numerics_shape[1]} batch {s.numerics_batch}, fixed '
