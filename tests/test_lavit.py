@@ -612,6 +612,24 @@ def test_dp_loss_of_a_stages_maps_is_each_maps_loss():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize('form', ['bounded', 'paper'])
+@pytest.mark.parametrize('grids', [((3, 4), (3, 4)), ((4, 6), (2, 3))],
+                         ids=['square', 'pooled'])
+def test_dp_loss_of_fp64_logits_is_fp64_and_passes_gradcheck(form, grids):
+    """fp64 logits keep fp64 through the loss (it upcasts bf16 and fp16
+    to fp32, and took fp64 down to fp32 before): its value is fp64 and
+    its gradient passes torch's finite-difference check."""
+    from vitattn_mm.models.attentions.less_attention.loss import \
+        DP_LOSS_FORMS
+    loss = DP_LOSS_FORMS[form]
+    Nq, Nk = (math.prod(hw) for hw in grids)
+    logits = torch.randn(2, 2, Nq, Nk, dtype=torch.double,
+                         generator=torch.Generator().manual_seed(0),
+                         requires_grad=True)
+    assert loss(logits, *grids).dtype == torch.float64
+    assert torch.autograd.gradcheck(lambda x: loss(x, *grids), (logits, ))
+
+
 def test_la_layers_hand_their_softmax_to_the_dp_loss(dp_loss_calls):
     """In a training pass each LA layer gives the DP loss the map its
     eager softmax wrote (the loss computes no softmax of its own), its

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.utils.flop_counter import register_flop_formula
 
-from ..models.layers.common import full_precision
+from ..models.layers.common import at_least_fp32, full_precision
 from ..models.layers.size_aware import capturing
 from .backend import kernels_run_on
 from .common import block_d, eager_grads, save_inputs, saved_inputs
@@ -144,9 +144,9 @@ class DiagonalityTerms(torch.autograd.Function):
 
 def diagonality_loss_eager(logits: torch.Tensor) -> torch.Tensor:
     """The bounded loss of square ``(B, heads, N, N)`` logits, eagerly
-    (fp32)."""
+    (in fp32, or fp64 for fp64 logits)."""
     with full_precision(logits):
-        return diagonality_terms(logits.float().softmax(dim=-1))
+        return diagonality_terms(at_least_fp32(logits).softmax(dim=-1))
 
 
 def _kernels():
@@ -327,7 +327,7 @@ def pooled_probabilities(logits: torch.Tensor, query_hw: Sequence[int],
     if probs is not None and probs.shape[-2] != logits.shape[-2]:
         return probs
     with full_precision(logits):
-        maps = logits.float().softmax(dim=-1) if probs is None else probs
+        maps = at_least_fp32(logits).softmax(dim=-1) if probs is None else probs
         return pool_queries(maps, query_hw, key_hw)
 
 

@@ -57,6 +57,13 @@ def full_precision(x: torch.Tensor):
                           enabled=False)
 
 
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in fp32 if it is in a lower precision (bf16, fp16), else as it
+    is: a sum that must not round as bf16 does, without taking fp64
+    inputs (a gradient check, a numerics test) down to fp32."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def autocast_once(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """``x`` for two ops that autocast runs in its lower precision (two
     projections of the same tokens), cast once: under autocast an fp32

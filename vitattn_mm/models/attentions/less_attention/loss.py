@@ -7,7 +7,7 @@ import torch
 from ....ops import (MAX_SIDE, diagonality_loss_op, diagonality_terms,
                      pool_queries, pooled_diagonality_loss_op,
                      pooled_op_takes, pooled_probabilities, uses_fused_op)
-from ...layers.common import full_precision
+from ...layers.common import at_least_fp32, full_precision
 from ..base import Grid
 
 
@@ -51,7 +51,8 @@ def diagonality_preserving_loss(logits: torch.Tensor,
             fused ops read the logits. Default: None.
 
     Returns:
-        Tensor: fp32 scalar, symmetry + diagonality terms.
+        Tensor: fp32 scalar (fp64 for fp64 logits), symmetry +
+        diagonality terms.
     """
     loss = fused_diagonality_loss(logits, query_hw, key_hw, attn_backend)
     if loss is not None:
@@ -83,14 +84,14 @@ def eager_diagonality_map(logits: torch.Tensor, query_hw: Grid,
                           ) -> torch.Tensor:
     """The row-stochastic ``(B, heads, N_k, N_k)`` map whose terms the
     eager loss takes: ``probs`` (pooled onto the key grid already, or
-    pooled here where the grids differ), else an fp32 softmax of the
-    logits, pooled likewise."""
+    pooled here where the grids differ), else a softmax of the
+    logits in fp32 (fp64 logits in fp64), pooled likewise."""
     if tuple(query_hw) != tuple(key_hw):
         return pooled_probabilities(logits, query_hw, key_hw, probs)
     if probs is not None:
         return probs
     with full_precision(logits):
-        return logits.float().softmax(dim=-1)
+        return at_least_fp32(logits).softmax(dim=-1)
 
 
 def mean_diagonality_preserving_loss(maps: Sequence[tuple]
@@ -149,11 +150,11 @@ def paper_diagonality_loss(logits: torch.Tensor,
             reads the logits. Default: None.
 
     Returns:
-        Tensor: fp32 scalar.
+        Tensor: fp32 scalar (fp64 for fp64 logits).
     """
     Nk = logits.shape[-1]
     with full_precision(logits):
-        A = logits.float()
+        A = at_least_fp32(logits)
         if tuple(query_hw) != tuple(key_hw):
             A = pool_queries(A, query_hw, key_hw)
         symmetry = (A - A.transpose(-2, -1)).abs().sum((-2, -1))
