@@ -53,8 +53,9 @@ Examples::
     python benchmarks/cost_model.py --sizes 800x1280 --top 8
     # the families with the fused kernels (attn_backend='triton')
     python benchmarks/cost_model.py --backend triton
-    # one model, any registry name or preset, ops listed
+    # one family, ops listed; or a baseline alone (its label)
     python benchmarks/cost_model.py --models flatten-swin-t --top 20
+    python benchmarks/cost_model.py --models attnpvt-s --top 20
 """
 import argparse
 import contextlib
@@ -760,8 +761,10 @@ def table(rows: Sequence[Row], shape: Shape, hardware: Hardware,
     ]
     notes = []
     for row in rows:
-        proj = measure(with_backend(row.cfg, backend), shape, hardware, top,
-                       dtype)
+        # A baseline asked for alone has no attention backend to set.
+        cfg = row.cfg if row.label in BASELINES else with_backend(row.cfg,
+                                                                  backend)
+        proj = measure(cfg, shape, hardware, top, dtype)
         stock, skeleton = baseline(row.stock), baseline(row.skeleton)
         lines.append(
             f'| {row.label} | {proj.gflop:.0f} | {proj.gbytes:.1f} | '
@@ -796,7 +799,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument('--sizes', nargs='+', type=parse_shape,
                         default=[(800, 1280), (512, 2048)])
     parser.add_argument('--models', nargs='+', default=None,
-                        help='labels of ROWS (default: all)')
+                        help='labels of ROWS or of BASELINES (default: '
+                        'every row)')
     parser.add_argument('--backend', choices=('eager', 'triton'),
                         default=None, help="the families' attn_backend "
                         '(default: their own default)')
@@ -820,10 +824,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     rows = ROWS
     if args.models:
         known = {row.label.lower(): row for row in ROWS}
+        known.update((label.lower(), Row(label, cfg))
+                     for label, cfg in BASELINES.items())
         unknown = [m for m in args.models if m.lower() not in known]
         if unknown:
             parser.error(f'unknown models {unknown}; known: '
-                         f'{[row.label for row in ROWS]}')
+                         f'{[row.label for row in known.values()]}')
         rows = [known[m.lower()] for m in args.models]
     print(f'Projected training step ({hardware})\n')
     for shape in args.sizes:

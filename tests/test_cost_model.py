@@ -219,6 +219,26 @@ def test_a_backbone_step_projects():
     assert proj.saved_gb * 1e9 > 2 * 32 * 16 * 24 * 2
 
 
+def test_models_takes_a_baseline_alone(capsys):
+    """``--models`` takes a baseline's label too (its row alone, no ratios,
+    its top ops), whatever ``--backend`` says; an unknown label is an
+    error that lists the families and the baselines."""
+    cm.main(['--models', 'attnpvtv2-b0', '--sizes', '64x96', '--top', '2',
+             '--backend', 'triton'])
+    out = capsys.readouterr().out
+    row, = [line for line in out.splitlines()
+            if line.startswith('| AttnPVTv2-B0 |')]
+    cells = [cell.strip() for cell in row.strip('|').split('|')]
+    assert cells[5:8] == ['', '', ''] and cells[9] == ''  # no ratios
+    assert int(cells[3]) > 100 and float(cells[8]) > 0  # ops, GB saved
+    assert '* AttnPVTv2-B0: ' in out
+    with pytest.raises(SystemExit):
+        cm.main(['--models', 'AttnPVTv2-B1'])
+    err = capsys.readouterr().err
+    assert "unknown models ['AttnPVTv2-B1']" in err
+    assert "'LaViT-S'" in err and "'AttnPVTv2-B0'" in err
+
+
 def test_saved_activations_count_each_storage_once_and_no_weight():
     """What the forward keeps for the backward: the linear layer's input
     (its weight is a parameter, kept through a transposed view) and the
