@@ -965,17 +965,42 @@ def backends_markdown(table: Table) -> str:
 # ----------------------------------------------------------------- kernels
 
 KERNEL_COLUMNS = ['model', 'attn_backend', 'height', 'width', 'batch',
-                  'precision', 'status', 'rank', 'kernel', 'calls_per_step',
-                  'ms_per_step', 'share', 'note']
+                  'precision', 'status', 'clock', 'rank', 'kernel',
+                  'calls_per_step', 'ms_per_step', 'share', 'step_ms',
+                  'note']
+
+
+def _ranked(events: List[Tuple[str, int, float]], steps: int, top: int,
+            clock: str, step_ms: float) -> List[dict]:
+    """Rows of ``(name, count, us)`` events by time: the whole first
+    ('all kernels' on the device, 'all ops' on the host, with the
+    profiled step's wall ``step_ms``), then the ``top`` largest."""
+    events = sorted((e for e in events if e[2] > 0), key=lambda e: -e[2])
+    total = sum(us for _, _, us in events) or 1.
+    rows = [dict(clock=clock, kernel='all kernels' if clock == 'device'
+                 else 'all ops', calls_per_step=sum(
+                     n for _, n, _ in events) / steps,
+                 ms_per_step=total / steps / 1e3, share=1.,
+                 step_ms=step_ms)]
+    for name, count, us in events[:top]:
+        rows.append(dict(clock=clock, kernel=name[:120],
+                         calls_per_step=count / steps,
+                         ms_per_step=us / steps / 1e3, share=us / total))
+    return rows
 
 
 def top_kernels(model: nn.Module, device: torch.device, shape: Shape,
                 batch: int, precision: str, steps: int,
                 top: int) -> List[dict]:
-    """The ``top`` kernels of a training step by the device's own time
-    (``torch.profiler``; on the CPU the ops' self time), with one 'all
-    kernels' row first: ``kernel``, ``calls_per_step``, ``ms_per_step``,
-    ``share`` of the step's kernel time."""
+    """Where a training step's time goes (``torch.profiler``): on a GPU
+    the ``top`` kernels by the device's own time ('device' rows), and on
+    every device the ``top`` ops by their host time, children excluded
+    ('host' rows: a custom op's own Python and its kernels' launches,
+    which no aten op below it accounts for). Each clock's rows start with
+    its whole, beside the profiled step's wall time: device kernels far
+    below it leave the step bound by the host. Columns: ``clock``,
+    ``kernel``, ``calls_per_step``, ``ms_per_step``, ``share`` of the
+    clock's whole, ``step_ms``."""
     from torch.profiler import ProfilerActivity, profile
     trainer = Trainer(model, device, precision, 1e-4)
     x = torch.randn(batch, 3, *shape, device=device)
@@ -987,34 +1012,27 @@ def top_kernels(model: nn.Module, device: torch.device, shape: Shape,
             trainer.step(x)
         synchronize(device)
         with profile(activities=activities) as prof:
+            start = time.perf_counter()
             for _ in range(steps):
                 trainer.step(x)
             synchronize(device)
+            step_ms = (time.perf_counter() - start) / steps * 1e3
     finally:
         trainer.optimizer.zero_grad(set_to_none=True)
         del trainer
-    events = []
+    kernels, host = [], []
     for event in prof.key_averages():
-        if device.type == 'cuda':
-            us = getattr(event, 'self_device_time_total',
-                         getattr(event, 'self_cuda_time_total', 0))
-            # Kernels only: the ops that launch them carry their kernels'
-            # device time too, and would count it twice.
-            if event.device_type != torch.autograd.DeviceType.CUDA:
-                continue
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels.append((event.key, event.count, getattr(
+                event, 'self_device_time_total',
+                getattr(event, 'self_cuda_time_total', 0))))
         else:
-            us = event.self_cpu_time_total
-        if us > 0:
-            events.append((event.key, event.count, us))
-    total = sum(us for _, _, us in events) or 1.
-    events.sort(key=lambda e: -e[2])
-    rows = [dict(kernel='all kernels', calls_per_step=sum(
-        n for _, n, _ in events) / steps, ms_per_step=total / steps / 1e3,
-        share=1.)]
-    for name, count, us in events[:top]:
-        rows.append(dict(kernel=name[:120], calls_per_step=count / steps,
-                         ms_per_step=us / steps / 1e3, share=us / total))
-    return rows
+            # Host time only: an op's device time is its kernels', which
+            # the device rows count.
+            host.append((event.key, event.count, event.self_cpu_time_total))
+    rows = _ranked(kernels, steps, top, 'device', step_ms) \
+        if device.type == 'cuda' else []
+    return rows + _ranked(host, steps, top, 'host', step_ms)
 
 
 def run_kernels(ctx: 'Context') -> Table:
@@ -1037,10 +1055,17 @@ def run_kernels(ctx: 'Context') -> Table:
             common = dict(model=spec.label, attn_backend=backend,
                           height=shape[0], width=shape[1], batch=s.batch,
                           precision=precision, status=status, note=note)
-            for rank, row in enumerate((result or {}).get('rows') or [{}]):
+            rows = (result or {}).get('rows') or [{}]
+            ranks: Dict[Optional[str], int] = {}
+            for row in rows:  # ranked within a clock, 0 its whole
+                rank = ranks[row.get('clock')] = ranks.get(
+                    row.get('clock'), -1) + 1
                 table.add(rank=rank, **common, **row)
+            wholes = [r for r in rows if 'step_ms' in r]
             ctx.log(f'[kernels] {spec.label} {backend}: ' + (
-                f"{result['rows'][0]['ms_per_step']:.1f} ms of kernels"
+                ', '.join(f"{r['ms_per_step']:.1f} ms {r['clock']}"
+                          for r in wholes)
+                + f" of a {wholes[0]['step_ms']:.1f} ms step"
                 if result else f'{status} ({note})'))
         model = None
         release_memory(ctx.device, collect=True)
@@ -1048,12 +1073,14 @@ def run_kernels(ctx: 'Context') -> Table:
 
 
 def kernels_markdown(table: Table) -> str:
-    rows = [[r['model'], r['attn_backend'], str(r['rank']),
-             r['kernel'] or r['note'], _fmt(r.get('calls_per_step'), 1),
-             _fmt(r.get('ms_per_step')), _percent(r.get('share'))]
+    rows = [[r['model'], r['attn_backend'], r.get('clock') or '',
+             str(r['rank']), r['kernel'] or r['note'],
+             _fmt(r.get('calls_per_step'), 1), _fmt(r.get('ms_per_step')),
+             _percent(r.get('share')), _fmt(r.get('step_ms'), 1)]
             for r in table.rows]
-    return markdown(['family', 'backend', 'rank', 'kernel', 'calls / step',
-                     'ms / step', 'share'], rows)
+    return markdown(['family', 'backend', 'clock', 'rank', 'kernel',
+                     'calls / step', 'ms / step', 'share',
+                     'profiled step ms'], rows)
 
 
 # ------------------------------------------------------------------ tuning
@@ -1812,7 +1839,7 @@ SECTION_TITLES = dict(
     numerics='fp16 / bf16 numerics (numerics.csv)',
     core='Attention modules alone (core.csv)',
     compile='torch.compile (compile.csv)',
-    kernels='Where a step\'s device time goes (kernels.csv)',
+    kernels='Where a step\'s time goes, device and host (kernels.csv)',
     tuning='The kernels\' launch settings (tuning.csv)')
 
 
@@ -1861,10 +1888,14 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
               'projections); peak = above the inputs and weights.'),
         kernels=(f'One training step of each family at the first input size '
                  f'(batch {s.batch}, bf16 on CUDA), eager and fused, under '
-                 f'torch.profiler ({s.kernel_steps} steps after 2): the '
-                 'kernels by their own device time per step (on the CPU: '
-                 'the ops\' self time), rank 0 = all of them; share = of '
-                 'the step\'s kernel time.'),
+                 f'torch.profiler ({s.kernel_steps} steps after 2): on '
+                 'a GPU the kernels by their own device time per step '
+                 '(clock device), and on every device the ops by their '
+                 'own host time (clock host: a custom op\'s Python and '
+                 'its kernels\' launches); rank 0 = all of a clock, '
+                 'beside the profiled step\'s wall time (device time far '
+                 'below it: the step is bound by the host); share = of '
+                 'the clock\'s whole.'),
         tuning=('Each family\'s fused training step (first input size, '
                 f'batch {s.batch}, bf16 on CUDA) with each launch setting '
                 'of the kernel modules it uses, one module at a time; '

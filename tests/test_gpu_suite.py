@@ -264,21 +264,46 @@ def test_models_selects_labels_in_the_suites_order():
 
 def test_kernels_section_ranks_a_steps_kernels_by_time():
     """``--only kernels`` (not in a default run, which brings back the
-    device tool's 8 files at most) lists a step's kernels by time: an
-    'all kernels' row, then the top ones, largest first, their shares of
-    the whole."""
+    device tool's 8 files at most) lists a step's ops by time: on the CPU
+    its host clock only, an 'all ops' row with the profiled step's wall
+    time, then the top ones, largest first, their shares of the whole."""
     assert 'kernels' not in suite.parse_args([]).sections
     assert suite.parse_args(['--only', 'kernels']).sections == ('kernels', )
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3),
                                 torch.nn.Conv2d(8, 4, 1))
     rows = suite.top_kernels(model, torch.device('cpu'), (16, 16), 2,
                              'fp32', steps=2, top=4)
-    assert rows[0]['kernel'] == 'all kernels' and rows[0]['share'] == 1.
+    assert {r['clock'] for r in rows} == {'host'}
+    assert rows[0]['kernel'] == 'all ops' and rows[0]['share'] == 1.
+    # The ops' own host time is part of the step's wall time.
+    assert 0 < rows[0]['ms_per_step'] <= rows[0]['step_ms']
     assert 1 <= len(rows) - 1 <= 4
     times = [r['ms_per_step'] for r in rows[1:]]
     assert times == sorted(times, reverse=True)
     assert sum(r['share'] for r in rows[1:]) <= 1. + 1e-9
     assert any('convolution' in r['kernel'] for r in rows[1:])
+
+
+def test_a_gpu_profile_ranks_each_clock_apart():
+    """On a GPU the kernels' device time and the ops' host time are ranked
+    apart, each clock's whole first (beside the step's wall time), so a
+    step bound by the host (a fused op's Python and launches) shows as
+    host time near the step's and device time far below it."""
+    events = [('a_kernel', 6, 300.), ('b_kernel', 2, 900.),
+              ('idle', 1, 0.)]
+    device = suite._ranked(events, steps=3, top=1, clock='device',
+                           step_ms=2.5)
+    assert [r['kernel'] for r in device] == ['all kernels', 'b_kernel']
+    assert device[0]['ms_per_step'] == pytest.approx(0.4)
+    # Events that took no time (an idle marker) are no calls.
+    assert device[0]['calls_per_step'] == pytest.approx(8 / 3)
+    assert device[0]['step_ms'] == 2.5 and 'step_ms' not in device[1]
+    assert device[1]['share'] == pytest.approx(0.75)
+    host = suite._ranked([('vitattn::softmax_apply', 3, 6000.)], steps=3,
+                         top=5, clock='host', step_ms=2.5)
+    assert [r['kernel'] for r in host] == ['all ops',
+                                           'vitattn::softmax_apply']
+    assert {r['clock'] for r in host} == {'host'}
 
 
 def test_launch_settings_are_set_inside_and_restored_after():
