@@ -24,7 +24,7 @@ from vitattn_mm.ops import (focused_linear_attention_eager,
                             relu_linear_attention_eager,
                             relu_linear_attention_op, score_conv_eager,
                             score_conv_op, softmax_apply_eager,
-                            softmax_apply_op)
+                            softmax_apply_op, softmax_apply_with_lse)
 from vitattn_mm.models.layers import shifted_window_mask
 
 pytestmark = pytest.mark.skipif(
@@ -277,6 +277,36 @@ def test_softmax_apply(case):
                          [logits.to(dtype), v.to(dtype)], [mask],
                          autocast=dtype)
         assert max(errors.values()) <= TOLERANCE[dtype], (dtype, errors)
+
+
+def test_softmax_apply_backward_reads_the_forwards_lse(monkeypatch):
+    """The forward writes the rows' fp32 log-sum-exp of the masked logits
+    beside its output, and the backward reads them (and the output, for
+    ``delta = dout . out``) instead of sweeping the logits again: no
+    forward kernel runs in the backward, and the gradients are the eager
+    composition's."""
+    from vitattn_mm.ops import triton_softmax_apply
+    g = torch.Generator().manual_seed(0)
+    mask = shifted_window_mask((14, 7), (7, 7), (3, 3), 'cpu')
+    logits = (torch.randn(4, 2, 49, 49, generator=g) * 2).requires_grad_()
+    v = torch.randn(4, 2, 49, 16, generator=g).requires_grad_()
+    out, lse = softmax_apply_with_lse(logits, v, mask)
+    masked = (logits.detach().view(2, 2, 2, 49, 49) + mask[:, None]).view(
+        4, 2, 49, 49)
+    torch.testing.assert_close(lse, masked.logsumexp(-1).flatten(0, 1))
+    assert not lse.requires_grad
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError('the backward swept the logits again')
+
+    monkeypatch.setattr(triton_softmax_apply, 'forward_kernel', NoLaunch())
+    grad = torch.randn(out.shape, generator=g)
+    dlogits, dv = torch.autograd.grad(out, (logits, v), grad)
+    ref = softmax_apply_eager(logits, v, mask)
+    ref_dlogits, ref_dv = torch.autograd.grad(ref, (logits, v), grad)
+    assert relative_rmse(dlogits, ref_dlogits) <= 1e-5
+    assert relative_rmse(dv, ref_dv) <= 1e-5
 
 
 def test_softmax_apply_fp16_large_logits_stay_finite():
@@ -572,7 +602,7 @@ def test_ops_pass_torch_library_opcheck():
     torch.library.opcheck(diagonality_loss_op, (torch.randn(2, 2, 7, 7), ),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))
-    torch.library.opcheck(softmax_apply_op,
+    torch.library.opcheck(softmax_apply_with_lse,
                           (torch.randn(4, 2, 49, 49),
                            torch.randn(4, 2, 49, 8), mask),
                           test_utils=('test_schema', 'test_faketensor',

@@ -19,7 +19,7 @@ from .mean_shift_attention import (key_norm_logits,
                                    mean_shift_attention_op, split_parts)
 from .score_conv import score_conv_eager, score_conv_op
 from .softmax_apply import (apply_probabilities, softmax_apply_eager,
-                            softmax_apply_op)
+                            softmax_apply_op, softmax_apply_with_lse)
 
 __all__ = [
     'BACKENDS', 'check_backend', 'eager_attention', 'kernels_run_on',
@@ -29,7 +29,8 @@ __all__ = [
     'relu_linear_attention_op', 'mean_shift_attention_eager',
     'mean_shift_attention_op', 'key_norm_logits', 'split_parts',
     'score_conv_eager', 'score_conv_op', 'apply_probabilities',
-    'softmax_apply_eager', 'softmax_apply_op', 'MAX_SIDE',
+    'softmax_apply_eager', 'softmax_apply_op', 'softmax_apply_with_lse',
+    'MAX_SIDE',
     'diagonality_loss_eager', 'diagonality_loss_op', 'diagonality_terms',
     'pool_queries', 'pool_queries_in_passing',
     'pooled_diagonality_loss_eager', 'pooled_probabilities',

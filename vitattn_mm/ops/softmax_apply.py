@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
 from .backend import interpreting, kernels_run_on
-from .common import block_d, eager_grads, save_inputs, saved_inputs
+from .common import block_d, eager_grads
 
 
 def softmax_apply_eager(logits: torch.Tensor,
@@ -81,30 +81,47 @@ def _inputs(logits, v, mask):
 
 
 @torch.library.custom_op('vitattn::softmax_apply', mutates_args=())
+def softmax_apply_with_lse(logits: torch.Tensor, v: torch.Tensor,
+                           mask: Optional[torch.Tensor]
+                           ) -> List[torch.Tensor]:
+    """:func:`softmax_apply_eager` as one op, and the rows' fp32
+    log-sum-exp ``(B * heads, N_q)`` (not differentiable), which its
+    backward reads instead of a sweep over the logits of its own."""
+    if not kernels_run_on(logits.device):
+        # The CPU path: the composition, and its rows' log-sum-exp.
+        from ..models.attentions.functional import add_logit_bias
+        masked = add_logit_bias(logits.float(), None, mask)
+        return [softmax_apply_eager(logits, v, mask),
+                masked.logsumexp(-1).flatten(0, 1)]
+    return list(_launch_forward(*_inputs(logits, v, mask), write_out=True))
+
+
+@softmax_apply_with_lse.register_fake
+def _(logits, v, mask):
+    B, h, Nq = logits.shape[:3]
+    return [v.new_empty(B, h, Nq, v.shape[-1]),
+            logits.new_empty(B * h, Nq, dtype=torch.float32)]
+
+
 def softmax_apply_op(logits: torch.Tensor, v: torch.Tensor,
                      mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """:func:`softmax_apply_eager` as one op."""
-    if not kernels_run_on(logits.device):
-        return softmax_apply_eager(logits, v, mask)
-    return _launch_forward(*_inputs(logits, v, mask), write_out=True)[0]
-
-
-@softmax_apply_op.register_fake
-def _(logits, v, mask):
-    return v.new_empty(*logits.shape[:3], v.shape[-1])
+    """:func:`softmax_apply_eager` as one op (``vitattn::softmax_apply``,
+    whose log-sum-exp stays with autograd)."""
+    return softmax_apply_with_lse(logits, v, mask)[0]
 
 
 @torch.library.custom_op('vitattn::softmax_apply_backward', mutates_args=())
 def softmax_apply_backward_op(grad: torch.Tensor, logits: torch.Tensor,
-                              v: torch.Tensor, mask: Optional[torch.Tensor]
+                              v: torch.Tensor, mask: Optional[torch.Tensor],
+                              out: torch.Tensor, lse: torch.Tensor
                               ) -> List[torch.Tensor]:
-    """Gradients of the logits and of ``v`` (the mask is a constant)."""
+    """Gradients of the logits and of ``v`` (the mask is a constant),
+    given the forward's output and log-sum-exp."""
     if not kernels_run_on(logits.device):
         return eager_grads(softmax_apply_eager, grad, (logits, v), (mask, ))
     tk = _kernels()
     logits, v, mask = _inputs(logits, v, mask)
     grad = grad.contiguous()
-    _, lse = _launch_forward(logits, v, mask, write_out=False)
     B, h, Nq, Nk = logits.shape
     D = v.shape[-1]
     dlogits = torch.empty_like(logits)
@@ -115,25 +132,36 @@ def softmax_apply_backward_op(grad: torch.Tensor, logits: torch.Tensor,
     sizes = (h, Nq, Nk, 1 if mask is None else mask.shape[0], D)
     masks = logits if mask is None else mask
     tk.logits_backward_kernel[(-(-Nq // tk.BLOCK), B * h)](
-        logits, masks, v, *v.stride()[:3], grad, lse, dlogits, *sizes,
-        **flags)
+        logits, masks, v, *v.stride()[:3], grad, out.contiguous(), lse,
+        dlogits, *sizes, **flags)
     tk.values_backward_kernel[(-(-Nk // tk.BLOCK), B * h)](
         logits, masks, grad, lse, dv, *dv.stride()[:3], *sizes, **flags)
     return [dlogits, dv]
 
 
 @softmax_apply_backward_op.register_fake
-def _(grad, logits, v, mask):
+def _(grad, logits, v, mask, out, lse):
     return [torch.empty_like(logits), torch.empty_like(v)]
 
 
-def _backward(ctx, grad):
-    logits, v, mask = saved_inputs(ctx)
-    dlogits, dv = softmax_apply_backward_op(grad, logits, v, mask)
+def _setup(ctx, inputs, output):
+    # The output and log-sum-exp saved as tensors (attributes of ctx would
+    # hold the op's own outputs in a cycle with their graph).
+    ctx.save_for_backward(*inputs, *output)
+    ctx.mark_non_differentiable(output[1])
+    # No zero map for the log-sum-exp's gradient, which is never used.
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grads):
+    # grads: the output's and the log-sum-exp's (None: not differentiable).
+    if grads[0] is None:
+        return None, None, None
+    dlogits, dv = softmax_apply_backward_op(grads[0], *ctx.saved_tensors)
     return dlogits, dv, None
 
 
-softmax_apply_op.register_autograd(_backward, setup_context=save_inputs)
+softmax_apply_with_lse.register_autograd(_backward, setup_context=_setup)
 
 
 @register_flop_formula(torch.ops.vitattn.softmax_apply)

@@ -4,11 +4,13 @@ the logits read instead of computed.
 
 Per image (or window) ``b`` and head ``h``: ``out_i = sum_j p_ij v_j``,
 ``p_ij = exp(L_ij + mask_(b % nW),ij - lse_i)``. Forward: online softmax
-over key blocks, the probabilities never stored. Backward: the rows'
-log-sum-exp again, then one kernel per query block writes ``dL = p (dout
-v^T - delta)`` (``delta_i = sum_j p_ij (dout_i . v_j)``, accumulated in
-fp32 in a first sweep) and one per key block accumulates ``dv = p^T
-dout``.
+over key blocks, the probabilities never stored; the rows' log-sum-exp
+``lse`` written beside the output. Backward, from the forward's ``lse``
+and output (flash attention's): one kernel per query block writes ``dL =
+p (dout v^T - delta)`` in one sweep over the keys (``delta_i = sum_j p_ij
+(dout_i . v_j) = dout_i . out_i``, from the two ``d``-wide rows), one per
+key block accumulates ``dv = p^T dout``: each reads the logits once,
+which are the largest tensor by far (``N_k`` against ``d`` a row).
 
 The logits are ``(B, heads, N_q, N_k)`` and contiguous; ``v`` and the
 output are ``(B, heads, N, d)`` with any strides but a unit last one.
@@ -89,27 +91,23 @@ def _probs(l_ptr, mask_ptr, v_ptr, svb, svh, svn, g, lse, bh, b, h, start,
 
 @triton.jit
 def logits_backward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, g_ptr,
-                           lse_ptr, dl_ptr, NH, Nq, Nk, NW, D,
+                           out_ptr, lse_ptr, dl_ptr, NH, Nq, Nk, NW, D,
                            HAS_MASK: tl.constexpr, UPCAST: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_D: tl.constexpr):
     """A query block's ``dL`` over every key block."""
     bh, b, h, offs_m, mask_m, offs_d, mask_d = program_rows(
         Nq, NH, D, BLOCK_M, BLOCK_D)
-    g = tl.load(g_ptr + bh.to(tl.int64) * Nq * D + offs_m[:, None] * D +
-                offs_d[None, :],
-                mask=mask_m[:, None] & mask_d[None, :],
-                other=0.)
+    rows = bh.to(tl.int64) * Nq * D + offs_m[:, None] * D + offs_d[None, :]
+    both = mask_m[:, None] & mask_d[None, :]
+    g = tl.load(g_ptr + rows, mask=both, other=0.)
+    # delta_i = dout_i . out_i in fp32, from the output as it was stored.
+    delta = tl.sum(g.to(tl.float32) *
+                   tl.load(out_ptr + rows, mask=both,
+                           other=0.).to(tl.float32), 1)
     if UPCAST:
         g = g.to(tl.float32)
     lse = tl.load(lse_ptr + bh * Nq + offs_m, mask=mask_m, other=0.)
-    delta = tl.zeros([BLOCK_M], tl.float32)
-    for start in range(0, Nk, BLOCK_N):
-        offs_n, mask_n, p, dp = _probs(l_ptr, mask_ptr, v_ptr, svb, svh, svn,
-                                       g, lse, bh, b, h, start, offs_m, mask_m,
-                                       offs_d, mask_d, Nq, Nk, NW, HAS_MASK,
-                                       UPCAST, BLOCK_N)
-        delta += tl.sum(p * dp, 1)
     for start in range(0, Nk, BLOCK_N):
         offs_n, mask_n, p, dp = _probs(l_ptr, mask_ptr, v_ptr, svb, svh, svn,
                                        g, lse, bh, b, h, start, offs_m, mask_m,
