@@ -220,13 +220,17 @@ class StepRecorder(TorchDispatchMode):
     """Records every kernel of what runs inside it (see the module
     docstring for what counts)."""
 
-    def __init__(self):
+    def __init__(self, launches: bool = False):
         super().__init__()
         self.ops: List[OpRecord] = []
         self.phase = 'forward'
+        self.launches = launches
+        self._launching: Optional[List] = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.launches and is_fused(func.namespace + '::'):
+            return self._kernel_path(func, args, kwargs)
         out = func(*args, **kwargs)
         if func in FREE_OPS or _is_view(func) or \
                 func.namespace == 'prim' or func.__name__.startswith('sym_'):
@@ -247,6 +251,83 @@ class StepRecorder(TorchDispatchMode):
         self.ops.append(OpRecord(str(func.name()), int(flops), int(nbytes),
                                  self.phase))
         return out
+
+    def _kernel_path(self, func, args, kwargs):
+        """One of the package's custom ops as a GPU runs it: its CUDA
+        implementation on the meta tensors (:func:`kernel_path_on_meta`),
+        each Triton launch a kernel that moves its tensor arguments once
+        (``<op>/<kernel>``; the op's FLOPs on its first), and each aten op
+        of the implementation recorded as it comes."""
+        from torch._library.custom_ops import _maybe_get_opdef
+        name = str(func.name())
+        formula = flop_registry.get(func._overloadpacket)
+        # FLOPs from the op's formula on what it returns (its fake).
+        fake_out = func(*args, **kwargs)
+        flops = formula(*args, **kwargs, out_val=fake_out) if formula else 0
+        self._launching = [name, int(flops)]
+        try:
+            with self, kernel_path_on_meta(self):
+                return _maybe_get_opdef(func)._init_fn(*args, **kwargs)
+        finally:
+            self._launching = None
+
+    def launch(self, kernel: str, tensors: Sequence[torch.Tensor]) -> None:
+        """A Triton kernel launched by the op running in
+        :meth:`_kernel_path`: its tensor arguments, each storage once (a
+        placeholder passed for an absent input is another argument's)."""
+        name, flops = self._launching
+        spans = {_storage_key(t): t for t in tensors}
+        self.ops.append(OpRecord(f'{name}/{kernel}', flops,
+                                 sum(map(tensor_bytes, spans.values())),
+                                 self.phase))
+        self._launching[1] = 0  # the op's FLOPs on its first launch only
+
+
+#: The package's modules whose custom ops choose the kernel path
+#: (``kernels_run_on``) and those that hold the Triton kernels.
+OP_MODULES = ('linear_attention', 'mean_shift_attention', 'score_conv',
+              'softmax_apply', 'diagonality_loss')
+KERNEL_MODULES = tuple('triton_' + name for name in OP_MODULES)
+
+
+class _Launch:
+    """A Triton kernel's stand-in: ``kernel[grid](*args)`` tells the
+    recorder which tensors the launch was given, and runs nothing."""
+
+    def __init__(self, recorder: 'StepRecorder', name: str):
+        self.recorder, self.name = recorder, name
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.recorder.launch(self.name, list(_tensors((args, kwargs))))
+        return launch
+
+
+@contextlib.contextmanager
+def kernel_path_on_meta(recorder: 'StepRecorder') -> Iterator[None]:
+    """The custom ops' kernel path (their CUDA implementation) taken on
+    meta tensors, every Triton kernel of :data:`KERNEL_MODULES` replaced
+    by a :class:`_Launch` into ``recorder``; all restored after."""
+    import importlib
+    from triton.runtime.jit import KernelInterface  # compiled or interpreted
+    patches = []
+    for name in OP_MODULES:
+        module = importlib.import_module('vitattn_mm.ops.' + name)
+        patches.append((module, 'kernels_run_on', lambda device: True))
+    for name in KERNEL_MODULES:
+        module = importlib.import_module('vitattn_mm.ops.' + name)
+        patches += [(module, attr, _Launch(recorder, attr))
+                    for attr, value in vars(module).items()
+                    if isinstance(value, KernelInterface)]
+    saved = [(module, attr, getattr(module, attr))
+             for module, attr, _ in patches]
+    try:
+        for module, attr, value in patches:
+            setattr(module, attr, value)
+        yield
+    finally:
+        for module, attr, value in saved:
+            setattr(module, attr, value)
 
 
 class SavedActivations:
@@ -540,16 +621,19 @@ def build_on_meta(cfg: dict) -> nn.Module:
 
 def record_step(model: nn.Module, shape: Shape, batch: int = 2,
                 dtype: Optional[torch.dtype] = torch.bfloat16,
-                activations: Optional[SavedActivations] = None
-                ) -> List[OpRecord]:
+                activations: Optional[SavedActivations] = None,
+                launches: bool = False) -> List[OpRecord]:
     """Every kernel of one training step of ``model`` (on the meta device)
     at ``batch`` images of ``shape``: forward under autocast to ``dtype``
     (None: fp32), backward of the outputs' means plus auxiliary losses.
     Given ``activations`` (a :class:`SavedActivations` of ``model``), the
-    forward runs inside it, which counts what it keeps."""
+    forward runs inside it, which counts what it keeps. With ``launches``
+    the package's custom ops are recorded as a GPU runs them (their
+    kernels' launches and the aten ops around them,
+    :meth:`StepRecorder._kernel_path`), not as one op each way."""
     model.train()
     image = torch.empty(batch, 3, *shape, device='meta')
-    recorder = StepRecorder()
+    recorder = StepRecorder(launches)
     autocast = torch.autocast('cpu', dtype=dtype) if dtype else \
         contextlib.nullcontext()
     with recorder, MetaAutocast():
@@ -725,13 +809,14 @@ def with_backend(cfg: dict, backend: Optional[str]) -> dict:
 
 
 def measure(cfg: dict, shape: Shape, hardware: Hardware, top: int,
-            dtype: Optional[torch.dtype] = torch.bfloat16) -> Projection:
+            dtype: Optional[torch.dtype] = torch.bfloat16,
+            launches: bool = False) -> Projection:
     """Build ``cfg`` on the meta device, record a step, project it (with
     the GB its forward keeps for the backward)."""
     model = build_on_meta(cfg)
     saved = SavedActivations(model)
-    proj = project(record_step(model, shape, dtype=dtype, activations=saved),
-                   hardware, top)
+    proj = project(record_step(model, shape, dtype=dtype, activations=saved,
+                               launches=launches), hardware, top)
     return replace(proj, saved_gb=saved.nbytes / 1e9)
 
 
@@ -741,9 +826,11 @@ def _ratio(a: float, b: Optional[float]) -> str:
 
 def table(rows: Sequence[Row], shape: Shape, hardware: Hardware,
           backend: Optional[str] = None, top: int = 3,
-          dtype: Optional[torch.dtype] = torch.bfloat16) -> str:
+          dtype: Optional[torch.dtype] = torch.bfloat16,
+          launches: bool = False) -> str:
     """The markdown table of ``rows`` at ``shape``: every family with its
-    stock class and softmax skeleton, and each family's top ops."""
+    stock class and softmax skeleton, and each family's top ops (with
+    ``launches``, the fused ops as a GPU runs them: :func:`record_step`)."""
     cache: Dict[str, Projection] = {}
 
     def baseline(label):
@@ -754,7 +841,8 @@ def table(rows: Sequence[Row], shape: Shape, hardware: Hardware,
 
     lines = [
         f'### {shape[0]}x{shape[1]}, batch 2'
-        + (f', attn_backend={backend!r}' if backend else ''), '',
+        + (f', attn_backend={backend!r}' if backend else '')
+        + (', fused ops as launched' if launches else ''), '',
         '| model | GFLOP | GB moved | ops | projected ms | vs stock | '
         'vs skeleton | ops vs skeleton | GB saved | saved vs skeleton |',
         '|' + ' --- |' * 10
@@ -764,7 +852,7 @@ def table(rows: Sequence[Row], shape: Shape, hardware: Hardware,
         # A baseline asked for alone has no attention backend to set.
         cfg = row.cfg if row.label in BASELINES else with_backend(row.cfg,
                                                                   backend)
-        proj = measure(cfg, shape, hardware, top, dtype)
+        proj = measure(cfg, shape, hardware, top, dtype, launches)
         stock, skeleton = baseline(row.stock), baseline(row.skeleton)
         lines.append(
             f'| {row.label} | {proj.gflop:.0f} | {proj.gbytes:.1f} | '
@@ -807,6 +895,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument('--dtype', choices=('bf16', 'fp16', 'fp32'),
                         default='bf16')
     parser.add_argument('--top', type=int, default=3)
+    parser.add_argument('--launches', action='store_true',
+                        help="the package's fused ops as a GPU runs them: "
+                        'each Triton launch a kernel moving its tensor '
+                        'arguments once, and the aten ops of their CUDA '
+                        'implementation (default: each custom op one '
+                        'kernel each way, its inputs and outputs once)')
     parser.add_argument('--hardware', choices=sorted(HARDWARE),
                         default='h100-roofline',
                         help='named parameter set; the options below '
@@ -833,7 +927,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         rows = [known[m.lower()] for m in args.models]
     print(f'Projected training step ({hardware})\n')
     for shape in args.sizes:
-        print(table(rows, shape, hardware, args.backend, args.top, dtype))
+        print(table(rows, shape, hardware, args.backend, args.top, dtype,
+                    args.launches))
 
 
 if __name__ == '__main__':

@@ -161,6 +161,68 @@ def test_custom_ops_are_one_kernel_each_way():
     assert fused.flops > 0 and fused.nbytes > 0
 
 
+def test_launches_record_a_fused_ops_kernels_as_a_gpu_runs_them():
+    """With ``launches`` a custom op runs its CUDA implementation on the
+    meta tensors, each Triton launch recorded as a kernel that moves its
+    tensor arguments once (``<op>/<kernel>``, the op's FLOPs on the
+    first) and its aten ops as they come; the kernels are restored after.
+    ``softmax_apply``: one forward launch; a backward of two launches
+    (none of the forward kernel), the logits' reading the logits, the
+    values, the upstream gradient, the forward's output and log-sum-exp
+    and writing the logits' gradient."""
+    from vitattn_mm.ops import softmax_apply_op, triton_softmax_apply
+    kernel = triton_softmax_apply.logits_backward_kernel
+    B, h, Nq, Nk, d = 2, 3, 70, 20, 16
+    logits = torch.empty(B, h, Nq, Nk, device='meta', requires_grad=True)
+    v = torch.empty(B, h, Nk, d, device='meta', requires_grad=True)
+    recorder = cm.StepRecorder(launches=True)
+    with recorder:
+        out = softmax_apply_op(logits, v, None)
+        recorder.phase = 'backward'
+        out.backward(torch.empty_like(out))
+    launched = [(r.name, r.phase) for r in recorder.ops if '/' in r.name]
+    assert launched == [
+        ('vitattn::softmax_apply/forward_kernel', 'forward'),
+        ('vitattn::softmax_apply_backward/logits_backward_kernel',
+         'backward'),
+        ('vitattn::softmax_apply_backward/values_backward_kernel',
+         'backward')]
+    by_name = {r.name: r for r in recorder.ops}
+    maps, rows = B * h * Nq * Nk * 4, B * h * Nq * d * 4
+    lse = B * h * Nq * 4
+    logits_grad = by_name[launched[1][0]]
+    assert logits_grad.nbytes == 2 * maps + v.numel() * 4 + 2 * rows + lse
+    assert logits_grad.flops == 2 * 2 * B * h * Nq * Nk * d
+    assert by_name[launched[2][0]].flops == 0  # the op's on its first
+    assert triton_softmax_apply.logits_backward_kernel is kernel
+    # Without launches: the op once each way, inputs and outputs once.
+    ops = record(lambda x, y: softmax_apply_op(x, y, None), logits.shape,
+                 v.shape)
+    assert [r.name for r in ops if r.name.startswith('vitattn::')] == [
+        'vitattn::softmax_apply', 'vitattn::softmax_apply_backward']
+
+
+def test_launches_count_every_fused_ops_kernels_in_a_step():
+    """A fused step recorded with ``launches`` has no custom op left as
+    one kernel: every one is its launches (LaViT: softmax_apply,
+    score_conv, the pooled DP loss), and it issues more kernels than the
+    one-op-each-way count."""
+    def step(launches):  # a model of its own: no gradients to add to
+        model = cm.build_on_meta(dict(type='LaViT', arch='small',
+                                      attn_backend='triton'))
+        return cm.record_step(model, (64, 96), launches=launches)
+
+    ops = step(launches=True)
+    fused = {r.name for r in ops if cm.is_fused(r.name)}
+    assert fused and all('/' in name for name in fused)
+    assert {name.split('/')[0] for name in fused} >= {
+        'vitattn::softmax_apply', 'vitattn::softmax_apply_backward',
+        'vitattn::score_conv', 'vitattn::score_conv_backward',
+        'vitattn::pooled_diagonality_loss',
+        'vitattn::pooled_diagonality_loss_backward'}
+    assert len(ops) > len(step(launches=False))
+
+
 def test_projection_time_formula():
     hw = cm.Hardware()
     ops = [cm.OpRecord('gemm', int(989e12 * 0.6 * 1e-3), 0, 'forward'),
