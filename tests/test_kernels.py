@@ -15,14 +15,17 @@ import torch
 import torch.nn.functional as F
 
 from vitattn_mm.ops import (focused_linear_attention_eager,
-                            focused_linear_attention_op, kernels_run_on,
+                            focused_linear_attention_op,
+                            focused_linear_attention_with_sums,
+                            kernels_run_on,
                             diagonality_loss_eager, diagonality_loss_op,
                             pooled_diagonality_loss_eager,
                             pooled_diagonality_loss_op,
                             mean_shift_attention_eager,
                             mean_shift_attention_op,
                             relu_linear_attention_eager,
-                            relu_linear_attention_op, score_conv_eager,
+                            relu_linear_attention_op,
+                            relu_linear_attention_with_sums, score_conv_eager,
                             score_conv_op, softmax_apply_eager,
                             softmax_apply_op, softmax_apply_with_lse)
 from vitattn_mm.models.layers import shifted_window_mask
@@ -135,6 +138,37 @@ def test_focused_linear_attention_fp16_large_inputs_stay_finite():
                      focused_linear_attention_eager, inputs, constants,
                      autocast=torch.float16)
     assert max(errors.values()) <= TOLERANCE[torch.float16], errors
+
+
+def test_linear_attention_backward_runs_no_forward_kernel(monkeypatch):
+    """The linear attentions' backward reads the sums their forward
+    returned beside the output (fp32, not differentiable): neither the
+    state kernel nor the output kernel runs in it, and the gradients are
+    the eager composition's (FLatten with a spatial reduction, L2ViT)."""
+    from vitattn_mm.ops import triton_linear_attention
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError('the backward ran a forward kernel')
+
+    cases = [(focused_linear_attention_op, focused_linear_attention_eager,
+              *focused_inputs(kv_tokens=6)),
+             (relu_linear_attention_op, relu_linear_attention_eager,
+              relu_inputs(), [3, 100.])]
+    for op, eager, inputs, constants in cases:
+        leaves = [None if t is None else t.clone().requires_grad_()
+                  for t in inputs]
+        out = op(*leaves, *constants)
+        with monkeypatch.context() as patch:
+            for kernel in ('state_kernel', 'output_kernel'):
+                patch.setattr(triton_linear_attention, kernel, NoLaunch())
+            out.backward(torch.ones_like(out))
+        refs = [None if t is None else t.clone().requires_grad_()
+                for t in inputs]
+        eager(*refs, *constants).backward(torch.ones_like(out))
+        for a, b in zip(leaves, refs):
+            if a is not None:
+                assert relative_rmse(a.grad, b.grad) <= 1e-5
 
 
 def relu_inputs(B=2, N=37, C=48, heads=3, dtype=torch.float32, scale=1.,
@@ -585,7 +619,7 @@ def test_ops_pass_torch_library_opcheck():
     """Schema, fake (meta) implementation and autograd registration as
     torch.library checks them, on the kernels' inputs."""
     inputs, constants = focused_inputs(hw=(2, 3), C=32, kv_tokens=4)
-    torch.library.opcheck(focused_linear_attention_op,
+    torch.library.opcheck(focused_linear_attention_with_sums,
                           (*inputs, *constants),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))
@@ -607,7 +641,7 @@ def test_ops_pass_torch_library_opcheck():
                            torch.randn(4, 2, 49, 8), mask),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))
-    torch.library.opcheck(relu_linear_attention_op,
+    torch.library.opcheck(relu_linear_attention_with_sums,
                           (*relu_inputs(N=5, C=32, heads=2), 2, 1.),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))

@@ -12,8 +12,10 @@ from .diagonality_loss import (MAX_SIDE, diagonality_loss_eager,
 from .focusing import focused_features
 from .linear_attention import (focused_linear_attention_eager,
                                focused_linear_attention_op,
+                               focused_linear_attention_with_sums,
                                relu_linear_attention_eager,
-                               relu_linear_attention_op)
+                               relu_linear_attention_op,
+                               relu_linear_attention_with_sums)
 from .mean_shift_attention import (key_norm_logits,
                                    mean_shift_attention_eager,
                                    mean_shift_attention_op, split_parts)
@@ -25,8 +27,9 @@ __all__ = [
     'BACKENDS', 'check_backend', 'eager_attention', 'kernels_run_on',
     'uses_fused_op',
     'focused_features', 'focused_linear_attention_eager',
-    'focused_linear_attention_op', 'relu_linear_attention_eager',
-    'relu_linear_attention_op', 'mean_shift_attention_eager',
+    'focused_linear_attention_op', 'focused_linear_attention_with_sums',
+    'relu_linear_attention_eager', 'relu_linear_attention_op',
+    'relu_linear_attention_with_sums', 'mean_shift_attention_eager',
     'mean_shift_attention_op', 'key_norm_logits', 'split_parts',
     'score_conv_eager', 'score_conv_op', 'apply_probabilities',
     'softmax_apply_eager', 'softmax_apply_op', 'softmax_apply_with_lse',

@@ -129,18 +129,41 @@ def _layout(t: Optional[torch.Tensor], fallback: torch.Tensor):
     return fallback if t is None else t
 
 
+def _integer_power(p: float) -> int:
+    """``p`` as the kernels' unrolled integer power, 0 if it is none."""
+    return int(p) if float(p).is_integer() and p >= 1 else 0
+
+
+def _sums(x: torch.Tensor, num_heads: int, zeros: bool = False
+          ) -> torch.Tensor:
+    """A buffer for the state kernel's fp32 sums of ``(B, N, C)`` tokens
+    (``S`` and ``m`` of every image and head), empty or zeroed."""
+    B, _, C = x.shape
+    D = C // num_heads
+    make = x.new_zeros if zeros else x.new_empty
+    return make(B * num_heads * D * (D + 1), dtype=torch.float32)
+
+
+def _split_sums(sums: torch.Tensor, B: int, num_heads: int, D: int):
+    """``S`` ``(B, heads, d, d)`` and ``m`` ``(B, heads, d)``: views of a
+    :func:`_sums` buffer."""
+    return (sums[:B * num_heads * D * D].view(B, num_heads, D, D),
+            sums[B * num_heads * D * D:].view(B, num_heads, D))
+
+
 def _launch_forward(q, k, v, pos, s, temperature, dwc_map, dwc_weight,
                     dwc_bias, hw, num_heads, p, T, A, eps, dmin, focused,
                     out_dtype):
-    """Both forward kernels: the fp32 sums, then the output."""
+    """Both forward kernels: the fp32 sums (returned in their buffer),
+    then the output."""
     tk = _kernels()
     B, N, C = q.shape
-    n, D = k.shape[1], C // num_heads
+    D = C // num_heads
     tile_d = block_d(D)
-    sums = q.new_zeros(B * num_heads * D * (D + 1), dtype=torch.float32)
-    state = sums[:B * num_heads * D * D].view(B, num_heads, D, D)
-    ksum = sums[B * num_heads * D * D:].view(B, num_heads, D)
-    p_int = int(p) if float(p).is_integer() and p >= 1 else 0
+    p_int = _integer_power(p)
+    n = k.shape[1]
+    sums = _sums(k, num_heads, zeros=True)
+    state, ksum = _split_sums(sums, B, num_heads, D)
     pos_t = _layout(pos, k)
     tk.state_kernel[(B, -(-n // tk.BLOCK_N))](
         k, k.stride(0), k.stride(1), v, v.stride(0), v.stride(1), pos_t,
@@ -161,7 +184,7 @@ def _launch_forward(q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         HAS_DWC=has_dwc, K=dwc_weight.shape[-1] if has_dwc else 1,
         BLOCK_N=tk.BLOCK_N, BLOCK_D=tile_d, DOT=tk.DOT_PRECISION,
         num_warps=tk.NUM_WARPS)
-    return out, state, ksum
+    return out, sums
 
 
 def _conv_input(dwc_map, v, hw) -> Tuple[torch.Tensor, List[int]]:
@@ -182,11 +205,14 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
     B, N, C = q.shape
     n, D = k.shape[1], C // num_heads
     tile_d = block_d(D)
-    p_int = int(p) if float(p).is_integer() and p >= 1 else 0
+    p_int = _integer_power(p)
     has_dwc = dwc_weight is not None
     f32 = dict(device=q.device, dtype=torch.float32)
-    dstate = torch.zeros_like(state)
-    dksum = torch.zeros_like(ksum)
+    # dS and dm in one zeroed buffer (the sums they are the gradients of
+    # come in one too); the returned gradients each in its own.
+    dstate, dksum = torch.zeros(state.numel() + ksum.numel(), **f32).split(
+        [state.numel(), ksum.numel()])
+    dstate, dksum = dstate.view(state.shape), dksum.view(ksum.shape)
     ds = torch.zeros(C, **f32)
     dw = torch.zeros(dwc_weight.numel() if has_dwc else 1, **f32)
     db = torch.zeros(dwc_weight.shape[0] if has_dwc else 1, **f32)
@@ -241,30 +267,46 @@ def _focused_args(q, kv, pos, s, dwc_weight):
 
 @torch.library.custom_op('vitattn::focused_linear_attention',
                          mutates_args=())
+def focused_linear_attention_with_sums(
+        q: torch.Tensor, kv: torch.Tensor, pos: Optional[torch.Tensor],
+        s: torch.Tensor, dwc_map: Optional[torch.Tensor],
+        dwc_weight: torch.Tensor, dwc_bias: torch.Tensor, hw: List[int],
+        num_heads: int, focusing_factor: float) -> List[torch.Tensor]:
+    """:func:`focused_linear_attention_eager` as one op (see the module
+    docstring), and the state kernel's fp32 sums (not differentiable; its
+    backward reads them instead of summing the keys again; zeros on the
+    CPU path, whose backward differentiates the composition)."""
+    if not kernels_run_on(q.device):
+        return [focused_linear_attention_eager(q, kv, pos, s, dwc_map,
+                                               dwc_weight, dwc_bias, hw,
+                                               num_heads, focusing_factor),
+                _sums(q, num_heads, zeros=True)]
+    q, k, v, pos, s, inv_n, dwc_weight = _focused_args(q, kv, pos, s,
+                                                      dwc_weight)
+    out, sums = _launch_forward(q, k, v, pos, s, None, rows(dwc_map),
+                                dwc_weight, dwc_bias, hw, num_heads,
+                                focusing_factor, inv_n, inv_n, _FLATTEN_EPS,
+                                _NO_CLAMP, True, kv.dtype)
+    return [out, sums]
+
+
+@focused_linear_attention_with_sums.register_fake
+def _(q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
+      focusing_factor):
+    return [q.new_empty(q.shape, dtype=kv.dtype), _sums(q, num_heads)]
+
+
 def focused_linear_attention_op(
         q: torch.Tensor, kv: torch.Tensor, pos: Optional[torch.Tensor],
         s: torch.Tensor, dwc_map: Optional[torch.Tensor],
         dwc_weight: torch.Tensor, dwc_bias: torch.Tensor, hw: List[int],
         num_heads: int, focusing_factor: float) -> torch.Tensor:
-    """:func:`focused_linear_attention_eager` as one op (see the module
-    docstring)."""
-    if not kernels_run_on(q.device):
-        return focused_linear_attention_eager(q, kv, pos, s, dwc_map,
-                                              dwc_weight, dwc_bias, hw,
-                                              num_heads, focusing_factor)
-    q, k, v, pos, s, inv_n, dwc_weight = _focused_args(q, kv, pos, s,
-                                                      dwc_weight)
-    out, _, _ = _launch_forward(q, k, v, pos, s, None, rows(dwc_map),
-                                dwc_weight, dwc_bias, hw, num_heads,
-                                focusing_factor, inv_n, inv_n, _FLATTEN_EPS,
-                                _NO_CLAMP, True, kv.dtype)
-    return out
-
-
-@focused_linear_attention_op.register_fake
-def _(q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
-      focusing_factor):
-    return q.new_empty(q.shape, dtype=kv.dtype)
+    """:func:`focused_linear_attention_eager` as one op
+    (``vitattn::focused_linear_attention``, whose sums stay with
+    autograd)."""
+    return focused_linear_attention_with_sums(
+        q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
+        focusing_factor)[0]
 
 
 @torch.library.custom_op('vitattn::focused_linear_attention_backward',
@@ -274,9 +316,9 @@ def focused_linear_attention_backward_op(
         pos: Optional[torch.Tensor], s: torch.Tensor,
         dwc_map: Optional[torch.Tensor], dwc_weight: torch.Tensor,
         dwc_bias: torch.Tensor, hw: List[int], num_heads: int,
-        focusing_factor: float) -> List[torch.Tensor]:
+        focusing_factor: float, sums: torch.Tensor) -> List[torch.Tensor]:
     """Gradients of ``q, kv, pos, s, dwc_map, dwc_weight, dwc_bias`` (an
-    empty tensor for an input that is None)."""
+    empty tensor for an input that is None), given the forward's sums."""
     inputs = (q, kv, pos, s, dwc_map, dwc_weight, dwc_bias)
     if not kernels_run_on(q.device):
         return eager_grads(focused_linear_attention_eager, grad, inputs,
@@ -286,10 +328,7 @@ def focused_linear_attention_backward_op(
     C = q.shape[-1]
     q, k, v, pos_t, s_t, inv_n, w = _focused_args(q, kv, pos, s, dwc_weight)
     dwc_map = rows(dwc_map)
-    _, state, ksum = _launch_forward(q, k, v, pos_t, s_t, None, dwc_map, w,
-                                     dwc_bias, hw, num_heads,
-                                     focusing_factor, inv_n, inv_n,
-                                     _FLATTEN_EPS, _NO_CLAMP, True, kv.dtype)
+    state, ksum = _split_sums(sums, q.shape[0], num_heads, C // num_heads)
     dpos, ds, dmap, dw, db, _ = _launch_backward(
         rows(grad), q, k, v, pos_t, s_t, None, dwc_map, w, dwc_bias, state,
         ksum, hw, num_heads, focusing_factor, inv_n, inv_n, _FLATTEN_EPS,
@@ -305,7 +344,7 @@ def focused_linear_attention_backward_op(
 
 @focused_linear_attention_backward_op.register_fake
 def _(grad, q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
-      focusing_factor):
+      focusing_factor, sums):
     empty = q.new_empty(0)
     return [torch.empty_like(q), torch.empty_like(kv),
             empty if pos is None else torch.empty_like(pos),
@@ -314,48 +353,74 @@ def _(grad, q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
             torch.empty_like(dwc_weight), torch.empty_like(dwc_bias)]
 
 
-def _focused_backward(ctx, grad):
-    q, kv, pos, s, dwc_map, w, b, hw, heads, p = saved_inputs(ctx)
-    grads = focused_linear_attention_backward_op(grad, q, kv, pos, s,
-                                                 dwc_map, w, b, hw, heads, p)
+def _save_with_sums(ctx, inputs, output):
+    """``setup_context`` of an op that returns its sums beside its output:
+    the inputs and the sums saved, no gradient made for the sums."""
+    save_inputs(ctx, (*inputs, output[1]), output)
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
+
+
+def _focused_backward(ctx, grads):
+    if grads[0] is None:
+        return (None, ) * 10
+    q, kv, pos, s, dwc_map, w, b, hw, heads, p, sums = saved_inputs(ctx)
+    grads = focused_linear_attention_backward_op(grads[0], q, kv, pos, s,
+                                                 dwc_map, w, b, hw, heads, p,
+                                                 sums)
     grads[2] = None if pos is None else grads[2]
     grads[4] = None if dwc_map is None else grads[4]
     return (*grads, None, None, None)
 
 
-focused_linear_attention_op.register_autograd(_focused_backward,
-                                              setup_context=save_inputs)
+focused_linear_attention_with_sums.register_autograd(
+    _focused_backward, setup_context=_save_with_sums)
 
 
 @torch.library.custom_op('vitattn::relu_linear_attention', mutates_args=())
-def relu_linear_attention_op(qkv: torch.Tensor, temperature: torch.Tensor,
-                             num_heads: int,
-                             denominator_min: float) -> torch.Tensor:
-    """:func:`relu_linear_attention_eager` as one op."""
-    if not kernels_run_on(qkv.device):
-        return relu_linear_attention_eager(qkv, temperature, num_heads,
-                                           denominator_min)
-    qkv = rows(qkv)
+def relu_linear_attention_with_sums(qkv: torch.Tensor,
+                                    temperature: torch.Tensor,
+                                    num_heads: int, denominator_min: float
+                                    ) -> List[torch.Tensor]:
+    """:func:`relu_linear_attention_eager` as one op, and its fp32 sums
+    (as :func:`focused_linear_attention_with_sums`)."""
     C = qkv.shape[-1] // 3
-    out, _, _ = _launch_forward(
+    if not kernels_run_on(qkv.device):
+        return [relu_linear_attention_eager(qkv, temperature, num_heads,
+                                            denominator_min),
+                _sums(qkv[..., :C], num_heads, zeros=True)]
+    qkv = rows(qkv)
+    out, sums = _launch_forward(
         qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:], None, None,
         temperature.reshape(-1).contiguous(), None, None, None, (1, 1),
         num_heads, 1., 1., 1., 0., denominator_min, False, qkv.dtype)
-    return out
+    return [out, sums]
 
 
-@relu_linear_attention_op.register_fake
+@relu_linear_attention_with_sums.register_fake
 def _(qkv, temperature, num_heads, denominator_min):
     B, N, C3 = qkv.shape
-    return qkv.new_empty(B, N, C3 // 3)
+    return [qkv.new_empty(B, N, C3 // 3),
+            _sums(qkv[..., :C3 // 3], num_heads)]
+
+
+def relu_linear_attention_op(qkv: torch.Tensor, temperature: torch.Tensor,
+                             num_heads: int,
+                             denominator_min: float) -> torch.Tensor:
+    """:func:`relu_linear_attention_eager` as one op
+    (``vitattn::relu_linear_attention``, whose sums stay with autograd)."""
+    return relu_linear_attention_with_sums(qkv, temperature, num_heads,
+                                           denominator_min)[0]
 
 
 @torch.library.custom_op('vitattn::relu_linear_attention_backward',
                          mutates_args=())
 def relu_linear_attention_backward_op(
         grad: torch.Tensor, qkv: torch.Tensor, temperature: torch.Tensor,
-        num_heads: int, denominator_min: float) -> List[torch.Tensor]:
-    """Gradients of ``qkv`` and ``temperature``."""
+        num_heads: int, denominator_min: float,
+        sums: torch.Tensor) -> List[torch.Tensor]:
+    """Gradients of ``qkv`` and ``temperature``, given the forward's
+    sums."""
     if not kernels_run_on(qkv.device):
         return eager_grads(relu_linear_attention_eager, grad,
                             (qkv, temperature), (num_heads, denominator_min))
@@ -363,9 +428,7 @@ def relu_linear_attention_backward_op(
     C = qkv.shape[-1] // 3
     q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
     temp = temperature.reshape(-1).contiguous()
-    _, state, ksum = _launch_forward(q, k, v, None, None, temp, None, None,
-                                     None, (1, 1), num_heads, 1., 1., 1., 0.,
-                                     denominator_min, False, qkv.dtype)
+    state, ksum = _split_sums(sums, qkv.shape[0], num_heads, C // num_heads)
     dqkv = torch.empty(qkv.shape, device=qkv.device, dtype=qkv.dtype)
     *_, dstate = _launch_backward(
         rows(grad), q, k, v, None, None, temp, None, None, None, state,
@@ -377,19 +440,22 @@ def relu_linear_attention_backward_op(
 
 
 @relu_linear_attention_backward_op.register_fake
-def _(grad, qkv, temperature, num_heads, denominator_min):
+def _(grad, qkv, temperature, num_heads, denominator_min, sums):
     return [torch.empty_like(qkv), torch.empty_like(temperature)]
 
 
-def _relu_backward(ctx, grad):
-    qkv, temperature, heads, dmin = saved_inputs(ctx)
-    dqkv, dtemp = relu_linear_attention_backward_op(grad, qkv, temperature,
-                                                    heads, dmin)
+def _relu_backward(ctx, grads):
+    if grads[0] is None:
+        return None, None, None, None
+    qkv, temperature, heads, dmin, sums = saved_inputs(ctx)
+    dqkv, dtemp = relu_linear_attention_backward_op(grads[0], qkv,
+                                                    temperature, heads, dmin,
+                                                    sums)
     return dqkv, dtemp, None, None
 
 
-relu_linear_attention_op.register_autograd(_relu_backward,
-                                           setup_context=save_inputs)
+relu_linear_attention_with_sums.register_autograd(
+    _relu_backward, setup_context=_save_with_sums)
 
 # ----------------------------------------------------------- FLOP counts
 
@@ -407,7 +473,7 @@ def _focused_flops(q, kv, pos, s, dwc_map, dwc_weight, *args,
 @register_flop_formula(torch.ops.vitattn.focused_linear_attention_backward)
 def _focused_backward_flops(grad, q, kv, *args, out_shape=None,
                             **kwargs) -> int:
-    return 2 * _focused_flops(q, kv, *args)
+    return 2 * _focused_flops(q, kv, *args[:-1])  # the sums left out
 
 
 @register_flop_formula(torch.ops.vitattn.relu_linear_attention)
