@@ -23,6 +23,7 @@ from vitattn_mm.ops import (focused_linear_attention_eager,
                             pooled_diagonality_loss_op,
                             mean_shift_attention_eager,
                             mean_shift_attention_op,
+                            mean_shift_attention_with_lse,
                             relu_linear_attention_eager,
                             relu_linear_attention_op,
                             relu_linear_attention_with_sums, score_conv_eager,
@@ -343,6 +344,33 @@ def test_softmax_apply_backward_reads_the_forwards_lse(monkeypatch):
     assert relative_rmse(dv, ref_dv) <= 1e-5
 
 
+def test_mean_shift_attention_backward_reads_the_forwards_lse(monkeypatch):
+    """The forward returns its rows' log-sum-exp (fp32, not
+    differentiable) and the backward reads it: no forward kernel runs in
+    the backward, and the gradients (of qkv and of the bias, in shifted
+    windows) are the eager composition's."""
+    from vitattn_mm.ops import triton_mean_shift_attention
+    mask = shifted_window_mask((14, 7), (7, 7), (3, 3), 'cpu')
+    inputs, constants = mean_shift_inputs(), [mask, 2, 32**-0.5, True]
+    leaves = [t.clone().requires_grad_() for t in inputs]
+    out, lse = mean_shift_attention_with_lse(*leaves, *constants)
+    assert lse.shape == (4 * 2, 49) and lse.dtype == torch.float32
+    assert not lse.requires_grad
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError('the backward ran the forward kernel')
+
+    monkeypatch.setattr(triton_mean_shift_attention, 'forward_kernel',
+                        NoLaunch())
+    out.backward(torch.ones_like(out))
+    refs = [t.clone().requires_grad_() for t in inputs]
+    mean_shift_attention_eager(*refs, *constants).backward(
+        torch.ones_like(out))
+    for a, b in zip(leaves, refs):
+        assert relative_rmse(a.grad, b.grad) <= 1e-5
+
+
 def test_softmax_apply_fp16_large_logits_stay_finite():
     """Logits of 1e3 (fp16 holds them; their exponentials it does not):
     finite wherever the eager softmax is."""
@@ -624,7 +652,7 @@ def test_ops_pass_torch_library_opcheck():
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))
     mask = shifted_window_mask((14, 7), (7, 7), (3, 3), 'cpu')
-    torch.library.opcheck(mean_shift_attention_op,
+    torch.library.opcheck(mean_shift_attention_with_lse,
                           (*mean_shift_inputs(C=32), mask, 2, 0.25, True),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))

@@ -18,7 +18,9 @@ from .linear_attention import (focused_linear_attention_eager,
                                relu_linear_attention_with_sums)
 from .mean_shift_attention import (key_norm_logits,
                                    mean_shift_attention_eager,
-                                   mean_shift_attention_op, split_parts)
+                                   mean_shift_attention_op,
+                                   mean_shift_attention_with_lse,
+                                   split_parts)
 from .score_conv import score_conv_eager, score_conv_op
 from .softmax_apply import (apply_probabilities, softmax_apply_eager,
                             softmax_apply_op, softmax_apply_with_lse)
@@ -30,7 +32,8 @@ __all__ = [
     'focused_linear_attention_op', 'focused_linear_attention_with_sums',
     'relu_linear_attention_eager', 'relu_linear_attention_op',
     'relu_linear_attention_with_sums', 'mean_shift_attention_eager',
-    'mean_shift_attention_op', 'key_norm_logits', 'split_parts',
+    'mean_shift_attention_op', 'mean_shift_attention_with_lse',
+    'key_norm_logits', 'split_parts',
     'score_conv_eager', 'score_conv_op', 'apply_probabilities',
     'softmax_apply_eager', 'softmax_apply_op', 'softmax_apply_with_lse',
     'MAX_SIDE',

@@ -46,6 +46,17 @@ def save_inputs(ctx, inputs, output):
     ctx.constants = [t for t in inputs if not isinstance(t, torch.Tensor)]
 
 
+def save_with_aux(ctx, inputs, output):
+    """``setup_context`` of an op that returns ``[output, aux]``: the
+    kernels' by-product its backward reads (a log-sum-exp, fp32 sums)
+    saved with the inputs (``saved_inputs`` gives it last), not
+    differentiable, and no zero tensor made for its gradient (the backward
+    gets None for it)."""
+    save_inputs(ctx, (*inputs, output[1]), output)
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
+
+
 def saved_inputs(ctx) -> list:
     """The op's inputs again, Nones included."""
     tensors, constants = iter(ctx.saved_tensors), iter(ctx.constants)

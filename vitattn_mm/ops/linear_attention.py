@@ -23,7 +23,7 @@ from torch.utils.flop_counter import register_flop_formula
 from ..models.layers.common import full_precision, nlc_to_nchw, split_heads
 from . import focusing
 from .backend import kernels_run_on
-from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
+from .common import block_d, eager_grads, rows, save_with_aux, saved_inputs
 from .linear_products import (joined_linear_attention,
                               merged_with_residual,
                               normalised_linear_attention,
@@ -353,14 +353,6 @@ def _(grad, q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
             torch.empty_like(dwc_weight), torch.empty_like(dwc_bias)]
 
 
-def _save_with_sums(ctx, inputs, output):
-    """``setup_context`` of an op that returns its sums beside its output:
-    the inputs and the sums saved, no gradient made for the sums."""
-    save_inputs(ctx, (*inputs, output[1]), output)
-    ctx.mark_non_differentiable(output[1])
-    ctx.set_materialize_grads(False)
-
-
 def _focused_backward(ctx, grads):
     if grads[0] is None:
         return (None, ) * 10
@@ -374,7 +366,7 @@ def _focused_backward(ctx, grads):
 
 
 focused_linear_attention_with_sums.register_autograd(
-    _focused_backward, setup_context=_save_with_sums)
+    _focused_backward, setup_context=save_with_aux)
 
 
 @torch.library.custom_op('vitattn::relu_linear_attention', mutates_args=())
@@ -455,7 +447,7 @@ def _relu_backward(ctx, grads):
 
 
 relu_linear_attention_with_sums.register_autograd(
-    _relu_backward, setup_context=_save_with_sums)
+    _relu_backward, setup_context=save_with_aux)
 
 # ----------------------------------------------------------- FLOP counts
 

@@ -20,7 +20,7 @@ from torch.utils.flop_counter import (register_flop_formula,
 
 from ..models.layers.size_aware import MASK_ALIGNMENT, capturing
 from .backend import interpreting, kernels_run_on
-from .common import block_d, eager_grads, rows, save_inputs, saved_inputs
+from .common import block_d, eager_grads, rows, save_with_aux, saved_inputs
 
 
 def split_parts(qkv: torch.Tensor, num_heads: int,
@@ -208,25 +208,43 @@ def _upcast(qkv: torch.Tensor) -> bool:
 
 
 @torch.library.custom_op('vitattn::mean_shift_attention', mutates_args=())
+def mean_shift_attention_with_lse(qkv: torch.Tensor,
+                                  bias: Optional[torch.Tensor],
+                                  mask: Optional[torch.Tensor],
+                                  num_heads: int, scale: float,
+                                  mean_shift: bool) -> List[torch.Tensor]:
+    """:func:`mean_shift_attention_eager` as one op, and the rows' fp32
+    log-sum-exp ``(B * heads, N)`` (not differentiable), which its
+    backward reads instead of running the forward kernel again (zeros on
+    the CPU path, whose backward differentiates the composition)."""
+    if not kernels_run_on(qkv.device):
+        return [mean_shift_attention_eager(qkv, bias, mask, num_heads, scale,
+                                           mean_shift),
+                qkv.new_zeros(qkv.shape[0] * num_heads, qkv.shape[1],
+                              dtype=torch.float32)]
+    return list(_launch(rows(qkv), _contiguous(bias), _contiguous(mask),
+                        num_heads, scale, mean_shift))
+
+
 def mean_shift_attention_op(qkv: torch.Tensor, bias: Optional[torch.Tensor],
                             mask: Optional[torch.Tensor], num_heads: int,
                             scale: float, mean_shift: bool) -> torch.Tensor:
-    """:func:`mean_shift_attention_eager` as one op."""
-    if not kernels_run_on(qkv.device):
-        return mean_shift_attention_eager(qkv, bias, mask, num_heads, scale,
-                                          mean_shift)
-    return _launch(rows(qkv), _contiguous(bias), _contiguous(mask),
-                   num_heads, scale, mean_shift)[0]
+    """:func:`mean_shift_attention_eager` as one op
+    (``vitattn::mean_shift_attention``, whose log-sum-exp stays with
+    autograd)."""
+    return mean_shift_attention_with_lse(qkv, bias, mask, num_heads, scale,
+                                         mean_shift)[0]
 
 
 def _contiguous(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if t is None else t.contiguous()
 
 
-@mean_shift_attention_op.register_fake
+@mean_shift_attention_with_lse.register_fake
 def _(qkv, bias, mask, num_heads, scale, mean_shift):
     B, N, width = qkv.shape
-    return qkv.new_empty(B, N, width // (4 if mean_shift else 3))
+    return [qkv.new_empty(B, N, width // (4 if mean_shift else 3)),
+            qkv.new_empty(B * num_heads, N, dtype=torch.float32)]
 
 
 @torch.library.custom_op('vitattn::mean_shift_attention_backward',
@@ -234,17 +252,15 @@ def _(qkv, bias, mask, num_heads, scale, mean_shift):
 def mean_shift_attention_backward_op(
         grad: torch.Tensor, qkv: torch.Tensor, bias: Optional[torch.Tensor],
         mask: Optional[torch.Tensor], num_heads: int, scale: float,
-        mean_shift: bool) -> List[torch.Tensor]:
-    """Gradients of ``qkv`` and ``bias`` (empty without a bias). The
-    mask is a constant."""
+        mean_shift: bool, lse: torch.Tensor) -> List[torch.Tensor]:
+    """Gradients of ``qkv`` and ``bias`` (empty without a bias), given the
+    forward's log-sum-exp. The mask is a constant."""
     if not kernels_run_on(qkv.device):
         return eager_grads(mean_shift_attention_eager, grad, (qkv, bias),
                             (mask, num_heads, scale, mean_shift))
     tk = _kernels()
     qkv, bias, mask, grad = (rows(qkv), _contiguous(bias),
                              _contiguous(mask), rows(grad))
-    _, lse = _launch(qkv, bias, mask, num_heads, scale, mean_shift,
-                     write_out=False)
     B, N, width = qkv.shape
     C = width // (4 if mean_shift else 3)
     D = C // num_heads
@@ -274,20 +290,23 @@ def mean_shift_attention_backward_op(
 
 
 @mean_shift_attention_backward_op.register_fake
-def _(grad, qkv, bias, mask, num_heads, scale, mean_shift):
+def _(grad, qkv, bias, mask, num_heads, scale, mean_shift, lse):
     return [torch.empty_like(qkv),
             qkv.new_empty(0) if bias is None else torch.empty_like(bias)]
 
 
-def _backward(ctx, grad):
-    qkv, bias, mask, heads, scale, mean_shift = saved_inputs(ctx)
-    dqkv, dbias = mean_shift_attention_backward_op(grad, qkv, bias, mask,
-                                                   heads, scale, mean_shift)
+def _backward(ctx, grads):
+    if grads[0] is None:
+        return (None, ) * 6
+    qkv, bias, mask, heads, scale, mean_shift, lse = saved_inputs(ctx)
+    dqkv, dbias = mean_shift_attention_backward_op(grads[0], qkv, bias,
+                                                   mask, heads, scale,
+                                                   mean_shift, lse)
     return dqkv, None if bias is None else dbias, None, None, None, None
 
 
-mean_shift_attention_op.register_autograd(_backward,
-                                          setup_context=save_inputs)
+mean_shift_attention_with_lse.register_autograd(
+    _backward, setup_context=save_with_aux)
 
 
 def _attention_shapes(qkv, num_heads, mean_shift):
