@@ -13,7 +13,10 @@ the fitted parameters. fp16 rows are left out of the fit: their
 GradScaler's unscale and inf checks are not in the projection. Then the
 peaks: the factor on the saved activations that projects the measured
 peaks (:func:`cost_model.fit_peak`, :func:`peak_samples`), each row's
-error with it and with ``cost_model.PEAK_PER_SAVED_BYTE``.
+error with it and with ``cost_model.PEAK_PER_SAVED_BYTE``. With
+``--launches`` the fused steps are taken as launched (each Triton launch a
+kernel, ``cost_model.py --launches``): the suite keeps that record of a
+fused step beside its default one since 0.5.11.
 Example (the runs kept in the repository)::
 
     python benchmarks/calibrate.py benchmarks/gpu_runs/*/train.csv \
@@ -51,10 +54,13 @@ def step_name(key: Tuple) -> str:
     return cost_model.step_name(*key)
 
 
-def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
+def record(rows: List[dict], launched: bool = False
+           ) -> Dict[Tuple, List[cost_model.OpRecord]]:
     """Each row's step as the cost model records it: from the run's
     :data:`STEPS_FILE` (the step that ran) where it has one, else recorded
-    now, from the code as it is (which may have changed since the run)."""
+    now, from the code as it is (which may have changed since the run).
+    ``launched``: the fused steps as launched (``--launches``), the run's
+    kept record of them where it has one."""
     specs = {s.label: s for s in MODEL_SPECS}
     kept: Dict[str, dict] = {}  # each run's file, read once
     steps = {}
@@ -65,17 +71,19 @@ def record(rows: List[dict]) -> Dict[Tuple, List[cost_model.OpRecord]]:
         run_dir = os.path.dirname(r['source'])
         if run_dir not in kept:
             kept[run_dir] = _kept(run_dir, STEPS_FILE)
-        if step_name(key) in kept[run_dir]:
-            steps[key] = cost_model.untally(kept[run_dir][step_name(key)])
+        name = cost_model.step_name(*key, launched=launched)
+        if name in kept[run_dir]:
+            steps[key] = cost_model.untally(kept[run_dir][name])
             continue
         backend = key[3]
         with torch.device('meta'):
             model = build_model(specs[r['model']], False, **(
                 dict(attn_backend=backend) if backend else {}))
         steps[key] = cost_model.record_step(model, key[1:3], int(r['batch']),
-                                            torch.bfloat16)
+                                            torch.bfloat16,
+                                            launches=launched)
         print(f'recorded {key} from the code as it is now: the run keeps '
-              f'no {STEPS_FILE} entry for it', file=sys.stderr, flush=True)
+              f'no {STEPS_FILE} entry {name!r}', file=sys.stderr, flush=True)
     return steps
 
 
@@ -188,13 +196,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('csv', nargs='+',
                         help="a suite run's train.csv or backends.csv")
+    parser.add_argument('--launches', action='store_true',
+                        help='fit the fused steps as launched (each Triton '
+                        'launch a kernel: cost_model.py --launches), from '
+                        "the runs' kept records of them where they have "
+                        'them')
     args = parser.parse_args(argv)
     rows = [r for path in args.csv for r in load_rows(path)]
     if len(rows) < 2:
         print(f"{', '.join(args.csv)}: fewer than two measured bf16 rows",
               file=sys.stderr)
         return 1
-    steps = record(rows)
+    steps = record(rows, args.launches)
     samples = [(steps[step_key(r)], float(r['step_ms'])) for r in rows]
     default = cost_model.Hardware()
     fitted, error = cost_model.calibrate(samples, default)

@@ -427,11 +427,14 @@ STEPS_FILE = 'steps.json'
 
 
 def step_name(model: str, height: int, width: int,
-              backend: Optional[str]) -> str:
+              backend: Optional[str], launched: bool = False) -> str:
     """A step's name in :data:`STEPS_FILE`: the model, the input and
-    whether its attentions ran fused ('triton') or eager (anything else)."""
+    whether its attentions ran fused ('triton') or eager (anything else);
+    ``launched``: a fused step recorded as launched (:func:`record_step`),
+    kept beside its default record."""
     fused = 'triton' if backend == 'triton' else ''
-    return f'{model}|{height}x{width}|{fused}'
+    return f'{model}|{height}x{width}|{fused}' + (
+        '|launched' if launched and fused else '')
 
 
 def untally(rows: Sequence[Sequence]) -> List[OpRecord]:

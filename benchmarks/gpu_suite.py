@@ -1681,6 +1681,8 @@ class Context:
         self._steps: Dict[tuple, Optional[list]] = {}
         #: (parameters, saved bytes) of each recorded step, by the same key.
         self._memory: Dict[tuple, Tuple[int, int]] = {}
+        #: Fused steps recorded as launched, by the same key (kept only).
+        self._launched: Dict[tuple, list] = {}
         self.hardware = cost_model.Hardware()
         #: What the run's calibration found (:meth:`calibrate`).
         self.calibration: Optional[str] = None
@@ -1730,6 +1732,16 @@ class Context:
                 self._memory[key] = (
                     sum(p.numel() for p in model.parameters()),
                     saved.nbytes)
+                if backend == 'triton':
+                    # Kept for a fit on the kernels as launched
+                    # (calibrate.py --launches); a model of its own: the
+                    # first step left gradients to add into.
+                    with torch.device('meta'):
+                        model = build_model(spec, self.smoke,
+                                            attn_backend=backend)
+                    self._launched[key] = cost_model.record_step(
+                        model, shape, self.settings.batch, torch.bfloat16,
+                        launches=True)
                 self._keep_steps()
             except Exception as exc:  # the row says it has no projection
                 self.log(f'[cost model] {spec.label}: '
@@ -1742,9 +1754,11 @@ class Context:
         benchmarks/calibrate.py reads them): a later fit then compares each
         measured time with the step that ran (and each peak with what the
         step kept: the rows' ``parameters`` and ``saved_mib``)."""
-        kept = {cost_model.step_name(label, h, w, backend):
+        kept = {cost_model.step_name(label, h, w, backend, launched):
                 cost_model.tally(ops)
-                for (label, (h, w), _, backend), ops in self._steps.items()
+                for launched, steps in ((False, self._steps),
+                                        (True, self._launched))
+                for (label, (h, w), _, backend), ops in steps.items()
                 if ops}
         with open(osp.join(self.out, cost_model.STEPS_FILE), 'w') as f:
             json.dump(kept, f)

@@ -262,6 +262,34 @@ def test_models_selects_labels_in_the_suites_order():
     assert len(suite.parse_args([]).specs) == len(suite.MODEL_SPECS)
 
 
+def test_a_fused_step_is_kept_as_launched_too(tmp_path):
+    """A fused step the suite projects (its default record, one op each
+    way per custom op) is kept in steps.json beside its record as
+    launched ('|launched': each Triton launch a kernel), which
+    ``calibrate.py --launches`` fits to; an eager step has none."""
+    sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
+    import calibrate
+    ctx = suite.Context(torch.device('cpu'), suite.Settings.smoke(), None,
+                        str(tmp_path), True)
+    spec = suite.SPECS['FLatten-PVT-T']
+    for backend in ('triton', None):
+        assert ctx.projected_step(spec, (64, 96), 'bf16', backend)
+    kept = json.load(open(tmp_path / calibrate.STEPS_FILE))
+    assert set(kept) == {'FLatten-PVT-T|64x96|triton',
+                         'FLatten-PVT-T|64x96|triton|launched',
+                         'FLatten-PVT-T|64x96|'}
+    launched = {name for name, *_ in kept['FLatten-PVT-T|64x96|triton|'
+                                          'launched']}
+    assert 'vitattn::focused_linear_attention/state_kernel' in launched
+    assert 'vitattn::focused_linear_attention' in {
+        name for name, *_ in kept['FLatten-PVT-T|64x96|triton']}
+    # What calibrate.py fits with --launches, read back from the file.
+    row = dict(model='FLatten-PVT-T', height=64, width=96, batch=2,
+               attn_backend='triton', source=str(tmp_path / 'x.csv'))
+    steps = calibrate.record([row], launched=True)
+    assert {r.name for r in steps[calibrate.step_key(row)]} == launched
+
+
 def test_kernels_section_ranks_a_steps_kernels_by_time():
     """``--only kernels`` (not in a default run, which brings back the
     device tool's 8 files at most) lists a step's ops by time: on the CPU
