@@ -199,7 +199,8 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
                      dwc_bias, state, ksum, hw, num_heads, p, T, A, eps, dmin,
                      focused, dq, dk, dv):
     """Both backward kernels; writes ``dq``, ``dk``, ``dv`` and returns the
-    fp32 gradients of ``pos``, ``s``, the conv's map, weight and bias, and
+    fp32 gradients of ``s``, the conv's weight and bias and ``pos`` packed
+    in one tensor (:func:`_packed_sizes`), the conv map's gradient and
     ``dS`` (for the temperature)."""
     tk = _kernels()
     B, N, C = q.shape
@@ -207,15 +208,14 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
     tile_d = block_d(D)
     p_int = _integer_power(p)
     has_dwc = dwc_weight is not None
-    f32 = dict(device=q.device, dtype=torch.float32)
-    # dS and dm in one zeroed buffer (the sums they are the gradients of
-    # come in one too); the returned gradients each in its own.
-    dstate, dksum = torch.zeros(state.numel() + ksum.numel(), **f32).split(
-        [state.numel(), ksum.numel()])
+    # Every sum the kernels' atomics add into, zeroed by one fill: the
+    # parameters' gradients (returned as they lie), then dS and dm.
+    sizes = _packed_sizes(C, dwc_weight, n * C if pos is not None else 0)
+    packed = torch.zeros(sum(sizes) + state.numel() + ksum.numel(),
+                         device=q.device, dtype=torch.float32)
+    ds, dw, db, dpos, dstate, dksum = packed.split(
+        [*sizes, state.numel(), ksum.numel()])
     dstate, dksum = dstate.view(state.shape), dksum.view(ksum.shape)
-    ds = torch.zeros(C, **f32)
-    dw = torch.zeros(dwc_weight.numel() if has_dwc else 1, **f32)
-    db = torch.zeros(dwc_weight.shape[0] if has_dwc else 1, **f32)
     if dwc_map is not None:
         dmap = torch.empty_like(dwc_map)
         dmap_strides = list(dmap.stride())
@@ -234,7 +234,7 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         HAS_DWC=has_dwc, K=dwc_weight.shape[-1] if has_dwc else 1,
         BLOCK_N=tk.BLOCK_N, BLOCK_D=tile_d, DOT=tk.DOT_PRECISION,
         num_warps=tk.NUM_WARPS)
-    dpos = torch.zeros(n, C, **f32) if pos is not None else ds
+    dpos = dpos.view(n, C) if pos is not None else ds
     pos_t = _layout(pos, k)
     tk.key_backward_kernel[(B, -(-n // tk.BLOCK_N))](
         k, k.stride(0), k.stride(1), v, v.stride(0), v.stride(1), pos_t,
@@ -246,7 +246,17 @@ def _launch_backward(grad, q, k, v, pos, s, temperature, dwc_map, dwc_weight,
         PER_HEAD_T=temperature is not None,
         ADD_DV=has_dwc and dwc_map is None, BLOCK_N=tk.BLOCK_N,
         BLOCK_D=tile_d, DOT=tk.DOT_PRECISION, num_warps=tk.NUM_WARPS)
-    return dpos, ds, dmap, dw, db, dstate
+    return packed[:sum(sizes)], dmap, dstate
+
+
+def _packed_sizes(C: int, dwc_weight: Optional[torch.Tensor],
+                  pos_numel: int) -> List[int]:
+    """Sizes of the packed parameter gradients: ``s`` (C), the conv's
+    weight and bias (one each without a conv: placeholders) and ``pos``
+    (none without a table)."""
+    if dwc_weight is None:
+        return [C, 1, 1, pos_numel]
+    return [C, dwc_weight.numel(), dwc_weight.shape[0], pos_numel]
 
 
 # ------------------------------------------------------------- custom ops
@@ -317,52 +327,52 @@ def focused_linear_attention_backward_op(
         dwc_map: Optional[torch.Tensor], dwc_weight: torch.Tensor,
         dwc_bias: torch.Tensor, hw: List[int], num_heads: int,
         focusing_factor: float, sums: torch.Tensor) -> List[torch.Tensor]:
-    """Gradients of ``q, kv, pos, s, dwc_map, dwc_weight, dwc_bias`` (an
-    empty tensor for an input that is None), given the forward's sums."""
-    inputs = (q, kv, pos, s, dwc_map, dwc_weight, dwc_bias)
+    """Gradients of ``q``, ``kv`` and ``dwc_map`` (empty if it is None),
+    and those of ``s``, ``dwc_weight``, ``dwc_bias`` and ``pos`` packed in
+    one fp32 tensor as the kernels' atomics summed them
+    (:func:`_packed_sizes`; :func:`_focused_backward` takes it apart),
+    given the forward's sums."""
     if not kernels_run_on(q.device):
-        return eager_grads(focused_linear_attention_eager, grad, inputs,
-                            (hw, num_heads, focusing_factor))
+        dq, dkv, dpos, ds, dmap, dw, db = eager_grads(
+            focused_linear_attention_eager, grad,
+            (q, kv, pos, s, dwc_map, dwc_weight, dwc_bias),
+            (hw, num_heads, focusing_factor))
+        return [dq, dkv, dmap, torch.cat([t.reshape(-1).float()
+                                          for t in (ds, dw, db, dpos)])]
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dkv = torch.empty(kv.shape, device=kv.device, dtype=kv.dtype)
     C = q.shape[-1]
     q, k, v, pos_t, s_t, inv_n, w = _focused_args(q, kv, pos, s, dwc_weight)
-    dwc_map = rows(dwc_map)
     state, ksum = _split_sums(sums, q.shape[0], num_heads, C // num_heads)
-    dpos, ds, dmap, dw, db, _ = _launch_backward(
-        rows(grad), q, k, v, pos_t, s_t, None, dwc_map, w, dwc_bias, state,
-        ksum, hw, num_heads, focusing_factor, inv_n, inv_n, _FLATTEN_EPS,
-        _NO_CLAMP, True, dq, dkv[..., :C], dkv[..., C:])
-    empty = q.new_empty(0)
-    return [dq, dkv,
-            empty if pos is None else dpos.reshape(pos.shape).to(pos.dtype),
-            ds.reshape(s.shape).to(s.dtype),
-            empty if dwc_map is None else dmap,
-            dw.reshape(dwc_weight.shape).to(dwc_weight.dtype),
-            db.to(dwc_bias.dtype)]
+    packed, dmap, _ = _launch_backward(
+        rows(grad), q, k, v, pos_t, s_t, None, rows(dwc_map), w, dwc_bias,
+        state, ksum, hw, num_heads, focusing_factor, inv_n, inv_n,
+        _FLATTEN_EPS, _NO_CLAMP, True, dq, dkv[..., :C], dkv[..., C:])
+    return [dq, dkv, q.new_empty(0) if dwc_map is None else dmap, packed]
 
 
 @focused_linear_attention_backward_op.register_fake
 def _(grad, q, kv, pos, s, dwc_map, dwc_weight, dwc_bias, hw, num_heads,
       focusing_factor, sums):
-    empty = q.new_empty(0)
+    sizes = _packed_sizes(q.shape[-1], dwc_weight,
+                          0 if pos is None else pos.numel())
     return [torch.empty_like(q), torch.empty_like(kv),
-            empty if pos is None else torch.empty_like(pos),
-            torch.empty_like(s),
-            empty if dwc_map is None else torch.empty_like(dwc_map),
-            torch.empty_like(dwc_weight), torch.empty_like(dwc_bias)]
+            q.new_empty(0) if dwc_map is None else torch.empty_like(dwc_map),
+            q.new_empty(sum(sizes), dtype=torch.float32)]
 
 
 def _focused_backward(ctx, grads):
     if grads[0] is None:
         return (None, ) * 10
     q, kv, pos, s, dwc_map, w, b, hw, heads, p, sums = saved_inputs(ctx)
-    grads = focused_linear_attention_backward_op(grads[0], q, kv, pos, s,
-                                                 dwc_map, w, b, hw, heads, p,
-                                                 sums)
-    grads[2] = None if pos is None else grads[2]
-    grads[4] = None if dwc_map is None else grads[4]
-    return (*grads, None, None, None)
+    dq, dkv, dmap, packed = focused_linear_attention_backward_op(
+        grads[0], q, kv, pos, s, dwc_map, w, b, hw, heads, p, sums)
+    ds, dw, db, dpos = packed.split(_packed_sizes(
+        q.shape[-1], w, 0 if pos is None else pos.numel()))
+    return (dq, dkv, None if pos is None else dpos.view(pos.shape).to(
+        pos.dtype), ds.view(s.shape).to(s.dtype),
+            None if dwc_map is None else dmap, dw.view(w.shape).to(w.dtype),
+            db.view(b.shape).to(b.dtype), None, None, None)
 
 
 focused_linear_attention_with_sums.register_autograd(
