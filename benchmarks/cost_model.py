@@ -23,7 +23,9 @@ auxiliary losses included) on the meta device, every aten op through a
   torch's memory-efficient path does; a boolean mask is converted first.
   5-D inputs take the math path, as on a GPU. Custom ops (``torch.library``,
   this package's fused attentions) are one op each way with the FLOP
-  formula they register.
+  formula they register; with ``--launches`` (:func:`record_step`), their
+  CUDA implementation runs on the meta tensors instead, each Triton launch
+  a kernel that moves its tensor arguments once.
 
 Autocast: torch has no autocast on the meta device. :class:`MetaAutocast`
 applies CUDA's policy (matmuls, convolutions and attention in the
@@ -229,7 +231,7 @@ class StepRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.launches and is_fused(func.namespace + '::'):
+        if self.launches and f'{func.namespace}::' == FUSED_NAMESPACE:
             return self._kernel_path(func, args, kwargs)
         out = func(*args, **kwargs)
         if func in FREE_OPS or _is_view(func) or \
