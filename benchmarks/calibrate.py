@@ -49,9 +49,9 @@ def load_rows(path: str, precision: str = 'bf16') -> List[dict]:
 STEPS_FILE = cost_model.STEPS_FILE
 
 
-def step_name(key: Tuple) -> str:
+def step_name(key: Tuple, launched: bool = False) -> str:
     """The name of a :func:`step_key` in :data:`STEPS_FILE`."""
-    return cost_model.step_name(*key)
+    return cost_model.step_name(*key, launched=launched)
 
 
 def record(rows: List[dict], launched: bool = False
@@ -71,7 +71,7 @@ def record(rows: List[dict], launched: bool = False
         run_dir = os.path.dirname(r['source'])
         if run_dir not in kept:
             kept[run_dir] = _kept(run_dir, STEPS_FILE)
-        name = cost_model.step_name(*key, launched=launched)
+        name = step_name(key, launched)
         if name in kept[run_dir]:
             steps[key] = cost_model.untally(kept[run_dir][name])
             continue

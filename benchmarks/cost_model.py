@@ -637,6 +637,10 @@ def record_step(model: nn.Module, shape: Shape, batch: int = 2,
     kernels' launches and the aten ops around them,
     :meth:`StepRecorder._kernel_path`), not as one op each way."""
     model.train()
+    # From no gradients, as after zero_grad(set_to_none=True): a model
+    # recorded again records the same step (no gradients to add into).
+    for p in model.parameters():
+        p.grad = None
     image = torch.empty(batch, 3, *shape, device='meta')
     recorder = StepRecorder(launches)
     autocast = torch.autocast('cpu', dtype=dtype) if dtype else \

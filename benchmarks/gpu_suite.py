@@ -1734,11 +1734,7 @@ class Context:
                     saved.nbytes)
                 if backend == 'triton':
                     # Kept for a fit on the kernels as launched
-                    # (calibrate.py --launches); a model of its own: the
-                    # first step left gradients to add into.
-                    with torch.device('meta'):
-                        model = build_model(spec, self.smoke,
-                                            attn_backend=backend)
+                    # (calibrate.py --launches).
                     self._launched[key] = cost_model.record_step(
                         model, shape, self.settings.batch, torch.bfloat16,
                         launches=True)

@@ -86,6 +86,14 @@ def compare(op, eager, inputs, constants, autocast=None):
     return errors
 
 
+class NoLaunch:
+    """A forward kernel's stand-in for a backward, which must not launch
+    it."""
+
+    def __getitem__(self, grid):
+        raise AssertionError('a forward kernel ran in the backward')
+
+
 def focused_inputs(B=2, hw=(5, 7), C=48, heads=2, kv_tokens=None,
                    dtype=torch.float32, scale=1., kernel=5, seed=0):
     """Inputs of the focused op: ``kv_tokens`` keys (default: the query
@@ -147,10 +155,6 @@ def test_linear_attention_backward_runs_no_forward_kernel(monkeypatch):
     state kernel nor the output kernel runs in it, and the gradients are
     the eager composition's (FLatten with a spatial reduction, L2ViT)."""
     from vitattn_mm.ops import triton_linear_attention
-
-    class NoLaunch:
-        def __getitem__(self, grid):
-            raise AssertionError('the backward ran a forward kernel')
 
     cases = [(focused_linear_attention_op, focused_linear_attention_eager,
               *focused_inputs(kv_tokens=6)),
@@ -331,10 +335,6 @@ def test_softmax_apply_backward_reads_the_forwards_lse(monkeypatch):
     torch.testing.assert_close(lse, masked.logsumexp(-1).flatten(0, 1))
     assert not lse.requires_grad
 
-    class NoLaunch:
-        def __getitem__(self, grid):
-            raise AssertionError('the backward swept the logits again')
-
     monkeypatch.setattr(triton_softmax_apply, 'forward_kernel', NoLaunch())
     grad = torch.randn(out.shape, generator=g)
     dlogits, dv = torch.autograd.grad(out, (logits, v), grad)
@@ -356,10 +356,6 @@ def test_mean_shift_attention_backward_reads_the_forwards_lse(monkeypatch):
     out, lse = mean_shift_attention_with_lse(*leaves, *constants)
     assert lse.shape == (4 * 2, 49) and lse.dtype == torch.float32
     assert not lse.requires_grad
-
-    class NoLaunch:
-        def __getitem__(self, grid):
-            raise AssertionError('the backward ran the forward kernel')
 
     monkeypatch.setattr(triton_mean_shift_attention, 'forward_kernel',
                         NoLaunch())

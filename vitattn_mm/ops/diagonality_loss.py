@@ -327,7 +327,8 @@ def pooled_probabilities(logits: torch.Tensor, query_hw: Sequence[int],
     if probs is not None and probs.shape[-2] != logits.shape[-2]:
         return probs
     with full_precision(logits):
-        maps = at_least_fp32(logits).softmax(dim=-1) if probs is None else probs
+        maps = probs if probs is not None else at_least_fp32(
+            logits).softmax(dim=-1)
         return pool_queries(maps, query_hw, key_hw)
 
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
 from .backend import interpreting, kernels_run_on
-from .common import block_d, eager_grads
+from .common import block_d, eager_grads, save_with_aux, saved_inputs
 
 
 def softmax_apply_eager(logits: torch.Tensor,
@@ -145,19 +145,15 @@ def _(grad, logits, v, mask, out, lse):
 
 
 def _setup(ctx, inputs, output):
-    # The output and log-sum-exp saved as tensors (attributes of ctx would
-    # hold the op's own outputs in a cycle with their graph).
-    ctx.save_for_backward(*inputs, *output)
-    ctx.mark_non_differentiable(output[1])
-    # No zero map for the log-sum-exp's gradient, which is never used.
-    ctx.set_materialize_grads(False)
+    # The output too (delta = dout . out), saved with the inputs.
+    save_with_aux(ctx, (*inputs, output[0]), output)
 
 
 def _backward(ctx, grads):
     # grads: the output's and the log-sum-exp's (None: not differentiable).
     if grads[0] is None:
         return None, None, None
-    dlogits, dv = softmax_apply_backward_op(grads[0], *ctx.saved_tensors)
+    dlogits, dv = softmax_apply_backward_op(grads[0], *saved_inputs(ctx))
     return dlogits, dv, None
 
 
