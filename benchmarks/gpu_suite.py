@@ -79,6 +79,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -967,7 +968,7 @@ def backends_markdown(table: Table) -> str:
 KERNEL_COLUMNS = ['model', 'attn_backend', 'height', 'width', 'batch',
                   'precision', 'status', 'clock', 'rank', 'kernel',
                   'calls_per_step', 'ms_per_step', 'share', 'step_ms',
-                  'note']
+                  'projected_ms_per_step', 'of_roofline', 'note']
 
 
 def _ranked(events: List[Tuple[str, int, float]], steps: int, top: int,
@@ -986,6 +987,41 @@ def _ranked(events: List[Tuple[str, int, float]], steps: int, top: int,
         rows.append(dict(clock=clock, kernel=name[:120],
                          calls_per_step=count / steps,
                          ms_per_step=us / steps / 1e3, share=us / total))
+    return rows
+
+
+def projected_kernel_ms(ops: Sequence['cost_model.OpRecord'],
+                        hardware: 'cost_model.Hardware'
+                        ) -> Dict[str, float]:
+    """The cost model's ms per step of a recorded step's kernels: the
+    whole under 'all kernels', and each Triton kernel of a step recorded
+    as launched (``<op>/<kernel>``) under its own name, the one the
+    profiler gives it, summed over the ops that launch it. A fused op's
+    FLOPs are on its first launch (:meth:`StepRecorder.launch`): the
+    kernels after it are projected by their bytes."""
+    projected: Dict[str, float] = defaultdict(float)
+    for r in ops:
+        ms = hardware.kernel_us(r.flops, r.nbytes) / 1e3
+        projected['all kernels'] += ms
+        if '/' in r.name:
+            projected[r.name.rsplit('/', 1)[1]] += ms
+    return dict(projected)
+
+
+def with_projection(rows: List[dict],
+                    projected: Dict[str, float]) -> List[dict]:
+    """``rows`` of the device clock given what the cost model projects
+    for them (:func:`projected_kernel_ms`): ``projected_ms_per_step`` and
+    ``of_roofline``, projected over measured, the share of the roofline a
+    kernel reaches (the whole step's on its 'all kernels' row, whose
+    measured step also runs the optimizer; an aten kernel, whose name is
+    not its op's, has none)."""
+    for row in rows:
+        ms = projected.get(row['kernel']) if row.get('clock') == 'device' \
+            else None
+        if ms is not None:
+            row.update(projected_ms_per_step=ms,
+                       of_roofline=ratio(ms, row['ms_per_step']))
     return rows
 
 
@@ -1049,9 +1085,10 @@ def run_kernels(ctx: 'Context') -> Table:
                 set_backend(model, backend)
             result, status, note = ctx.attempt(
                 error, 5, s.train_limit_s,
-                lambda: dict(rows=top_kernels(
+                lambda: dict(rows=with_projection(top_kernels(
                     model, ctx.device, shape, s.batch, precision,
-                    s.kernel_steps, s.kernel_top)))
+                    s.kernel_steps, s.kernel_top),
+                    ctx.projected_kernels(spec, shape, backend))))
             common = dict(model=spec.label, attn_backend=backend,
                           height=shape[0], width=shape[1], batch=s.batch,
                           precision=precision, status=status, note=note)
@@ -1076,11 +1113,14 @@ def kernels_markdown(table: Table) -> str:
     rows = [[r['model'], r['attn_backend'], r.get('clock') or '',
              str(r['rank']), r['kernel'] or r['note'],
              _fmt(r.get('calls_per_step'), 1), _fmt(r.get('ms_per_step')),
-             _percent(r.get('share')), _fmt(r.get('step_ms'), 1)]
+             _percent(r.get('share')), _fmt(r.get('step_ms'), 1),
+             _fmt(r.get('projected_ms_per_step')),
+             _percent(r.get('of_roofline'))]
             for r in table.rows]
     return markdown(['family', 'backend', 'clock', 'rank', 'kernel',
                      'calls / step', 'ms / step', 'share',
-                     'profiled step ms'], rows)
+                     'profiled step ms', 'projected ms', 'of roofline'],
+                    rows)
 
 
 # ------------------------------------------------------------------ tuning
@@ -1759,6 +1799,18 @@ class Context:
         with open(osp.join(self.out, cost_model.STEPS_FILE), 'w') as f:
             json.dump(kept, f)
 
+    def projected_kernels(self, spec: ModelSpec, shape: Shape,
+                          backend: str) -> Dict[str, float]:
+        """:func:`projected_kernel_ms` of a bf16 step on a GPU, a fused
+        one as launched (each Triton kernel by its name); empty elsewhere
+        (no device clock to set it beside) or without a projection."""
+        if self.device.type != 'cuda' or self.projected_step(
+                spec, shape, 'bf16', backend) is None:
+            return {}
+        key = (spec.label, shape, 'bf16', backend)
+        return projected_kernel_ms(
+            self._launched.get(key) or self._steps[key], self.hardware)
+
     def projection(self, spec: ModelSpec, shape: Shape, precision: str,
                    backend: Optional[str] = None):
         """The cost model's projection of a step (None if none)."""
@@ -1905,7 +1957,10 @@ def section_notes(settings: Settings, device: torch.device) -> Dict[str, str]:
                  'its kernels\' launches); rank 0 = all of a clock, '
                  'beside the profiled step\'s wall time (device time far '
                  'below it: the step is bound by the host); share = of '
-                 'the clock\'s whole.'),
+                 'the clock\'s whole; projected = the cost model\'s ms '
+                 'of the step\'s kernels (an H100\'s roofline; a fused '
+                 'step as launched, each Triton kernel by its name), of '
+                 'roofline = projected / measured.'),
         tuning=('Each family\'s fused training step (first input size, '
                 f'batch {s.batch}, bf16 on CUDA) with each launch setting '
                 'of the kernel modules it uses, one module at a time; '

@@ -334,6 +334,52 @@ def test_a_gpu_profile_ranks_each_clock_apart():
     assert {r['clock'] for r in host} == {'host'}
 
 
+def test_a_gpu_profiles_kernels_stand_beside_their_projection(tmp_path):
+    """On a GPU each Triton kernel's measured device time stands beside
+    the cost model's projection of it (its step recorded as launched,
+    summed over the ops that launch it), and the step's kernels beside the
+    projected step's: the share of the roofline each reaches, which tells
+    a slow kernel from a step bound by its host."""
+    import vitattn_mm  # noqa: F401  (registers the backbones)
+    hw = suite.cost_model.Hardware()
+    second = hw.bandwidth_tbs * 1e12 * hw.bandwidth_efficiency  # B/s
+    ops = [suite.cost_model.OpRecord(name, 0, int(second * 1e-3), phase)
+           for name, phase in (
+               ('vitattn::score_conv/conv_pass_kernel', 'forward'),
+               ('vitattn::score_conv_backward/conv_pass_kernel',
+                'backward'),
+               ('aten::add.Tensor', 'backward'))]
+    projected = suite.projected_kernel_ms(ops, hw)
+    assert projected == pytest.approx({'all kernels': 3.,
+                                       'conv_pass_kernel': 2.})
+    rows = [dict(clock='device', kernel='all kernels', ms_per_step=12.),
+            dict(clock='device', kernel='conv_pass_kernel', ms_per_step=8.),
+            dict(clock='device', kernel='elementwise_kernel',
+                 ms_per_step=1.),
+            dict(clock='host', kernel='all ops', ms_per_step=20.)]
+    rows = suite.with_projection(rows, projected)
+    assert rows[0]['of_roofline'] == pytest.approx(0.25)
+    assert rows[1]['projected_ms_per_step'] == pytest.approx(2.)
+    assert rows[1]['of_roofline'] == pytest.approx(0.25)
+    # An aten kernel's name is not its op's; the host clock has no
+    # projection.
+    assert 'of_roofline' not in rows[2] and 'of_roofline' not in rows[3]
+    spec = suite.SPECS['FLatten-PVT-T']
+    cpu = suite.Context(torch.device('cpu'), suite.Settings.smoke(), None,
+                        str(tmp_path), True)
+    assert cpu.projected_kernels(spec, (64, 96), 'triton') == {}
+    # (The projection is recorded on the meta device: no GPU needed.)
+    gpu = suite.Context(torch.device('cuda'), suite.Settings.smoke(), None,
+                        str(tmp_path), True)
+    fused = gpu.projected_kernels(spec, (64, 96), 'triton')
+    assert {'all kernels', 'state_kernel', 'output_kernel',
+            'query_backward_kernel', 'key_backward_kernel'} <= set(fused)
+    assert sum(ms for name, ms in fused.items()
+               if name != 'all kernels') < fused['all kernels']
+    assert set(gpu.projected_kernels(spec, (64, 96), 'eager')) == {
+        'all kernels'}
+
+
 def test_launch_settings_are_set_inside_and_restored_after():
     """The tuning section sets a kernel module's launch settings for one
     measurement: its own come back after, even after an error; a setting
