@@ -25,11 +25,15 @@ not stored).
 import triton
 import triton.language as tl
 
-#: Tokens per program. Query and key blocks alike.
-BLOCK_N = 32
-#: Warps per program (Triton's default; the GPU suite's tuning section
-#: tries others).
-NUM_WARPS = 4
+#: Tokens per program (query and key blocks alike), and warps per
+#: program. With 16 and 8 no kernel spills a register for 32-wide heads
+#: (FLatten-Swin, -PVTv2, -CSwin, L2ViT) and 64-wide ones spill 0-232 B
+#: a thread in bf16, where 32 tokens and 4 warps spilled up to 368 B and
+#: 7.4 KB (``tools/compile_kernels.py``, sm_90): a product's fp32
+#: operands on CUDA cores are replicated across a warp's threads. The
+#: GPU suite's tuning section tries others.
+BLOCK_N = 16
+NUM_WARPS = 8
 #: Precision of the products of the fp32 features (``tl.dot``'s
 #: ``input_precision``): 'ieee', eager fp32's (CUDA cores); the GPU
 #: suite's tuning section tries 'tf32x3', three TF32 tensor-core products
@@ -252,10 +256,12 @@ def _query_grad(q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
     den = tl.sum(phi * m[None, :], 1) + EPS
     z = tl.where(mask_n, 1. / tl.maximum(den, DMIN), 0.)
     passes = (den >= DMIN) & mask_n
-    o = tl.dot(phi, S, input_precision=DOT) * z[:, None]
-    go = tl.sum(g * o, 1)
-    dphi = tl.dot(g, tl.trans(S), input_precision=DOT) * z[:, None]
-    dphi -= tl.where(passes, z * go, 0.)[:, None] * m[None, :]
+    # g . o = z phi . (g S^T): the output is not computed again (a
+    # product and its registers fewer per head).
+    gs = tl.dot(g, tl.trans(S), input_precision=DOT)
+    go = z * tl.sum(phi * gs, 1)
+    dphi = gs * z[:, None] - tl.where(passes, z * go, 0.)[:, None] * \
+        m[None, :]
     return a, x, u, phi, g, z, go, passes, dphi
 
 
@@ -362,13 +368,12 @@ def _dwc_backward(g, map_ptr, smb, smc, smh, smw, g_ptr, sgb, sgn, w_ptr,
 
 
 @triton.jit
-def _key_grad(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
-              dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
-              mask_d, ratio, D, NH, A, P, P_INT: tl.constexpr,
-              HAS_POS: tl.constexpr, FOCUSED: tl.constexpr,
-              DOT: tl.constexpr):
-    """Head ``h`` of a key block: ``a``, ``x``, ``u``, ``dphi`` and
-    ``dv``."""
+def _key_inputs(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
+                dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
+                mask_d, ratio, D, NH, A, P, P_INT: tl.constexpr,
+                HAS_POS: tl.constexpr, FOCUSED: tl.constexpr):
+    """Head ``h`` of a key block: ``a``, ``x``, ``u``, ``phi``, the values
+    and the gradients of ``S`` (times ``T``) and ``m`` (times ``A``)."""
     a, x, u, phi = _features(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
                              mask_n, h * D, offs_d, mask_d, ratio, P, P_INT,
                              HAS_POS, FOCUSED)
@@ -377,9 +382,7 @@ def _key_grad(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
     dS = tl.load(dstate_ptr + s_off, mask=mask_d[:, None] & mask_d[None, :],
                  other=0.) * T_h
     dm = tl.load(dksum_ptr + m_off, mask=mask_d, other=0.) * A
-    dphi = tl.dot(v, tl.trans(dS), input_precision=DOT) + dm[None, :]
-    dv = tl.dot(phi, dS, input_precision=DOT)
-    return a, x, u, dphi, dv
+    return a, x, u, phi, v, dS, dm
 
 
 @triton.jit
@@ -393,7 +396,13 @@ def key_backward_kernel(
         DOT: tl.constexpr):
     """Key block: ``dk``, ``dv`` (added to what is there with ``ADD_DV``:
     the conv's share when it ran on these values), the position table's
-    gradient summed over images, and its share of ``ds``."""
+    gradient summed over images, and its share of ``ds``.
+
+    ``dphi = v dS^T + dm`` and ``dv = phi dS``; focused, the first pass
+    over the heads needs ``dv`` and ``G = sum_c dphi_c u_c = v . (u dS) +
+    u . dm`` only, both from the one product ``u dS`` (``phi = u r / t``),
+    and the second ``dphi`` alone: one product per head and pass, which
+    keeps a 64-wide head's tiles in registers."""
     b, offs_n, mask_n, offs_d, mask_d = _program_tokens(n, D, BLOCK_N,
                                                         BLOCK_D)
     mask = mask_n[:, None] & mask_d[None, :]
@@ -403,28 +412,35 @@ def key_backward_kernel(
     G = tl.zeros([BLOCK_N], tl.float32)
     for h in range(NH):
         T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
-        a, x, u, dphi, dv = _key_grad(
+        a, x, u, phi, v, dS, dm = _key_inputs(
             k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
             dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
-            mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED, DOT)
+            mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED)
+        if FOCUSED:
+            w = tl.dot(u, dS, input_precision=DOT)
+            dv = w * ratio[:, None]
+            G += tl.sum(v * w, 1) + tl.sum(u * dm[None, :], 1)
+        else:
+            dv = tl.dot(phi, dS, input_precision=DOT)
+            dphi = tl.dot(v, tl.trans(dS), input_precision=DOT) + \
+                dm[None, :]
+            _store_key_grad(tl.where(a > 0, dphi, 0.), dk_ptr, sdkb, sdkn,
+                            dpos_ptr, sdpn, b, offs_n, mask, h * D, offs_d,
+                            HAS_POS)
         dv_ptrs = dv_ptr + b * sdvb + offs_n[:, None] * sdvn + h * D + \
             offs_d[None, :]
         if ADD_DV:
             dv += tl.load(dv_ptrs, mask=mask, other=0.).to(tl.float32)
         tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=mask)
-        if FOCUSED:
-            G += tl.sum(dphi * u, 1)
-        else:
-            _store_key_grad(tl.where(a > 0, dphi, 0.), dk_ptr, sdkb, sdkn,
-                            dpos_ptr, sdpn, b, offs_n, mask, h * D, offs_d,
-                            HAS_POS)
     if FOCUSED:
         for h in range(NH):
             T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
-            a, x, u, dphi, dv = _key_grad(
+            a, x, u, phi, v, dS, dm = _key_inputs(
                 k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
                 dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
-                mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED, DOT)
+                mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED)
+            dphi = tl.dot(v, tl.trans(dS), input_precision=DOT) + \
+                dm[None, :]
             dx = _focus_backward(dphi, x, u, r, t, G, P)
             s = tl.load(s_ptr + h * D + offs_d, mask=mask_d, other=1.)
             _store_key_grad(tl.where(a > 0, dx / s[None, :], 0.), dk_ptr,
