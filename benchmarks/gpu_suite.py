@@ -1143,14 +1143,15 @@ TUNING_GRID = {
         dict(BLOCK_N=32, NUM_WARPS=8, DOT_PRECISION='tf32x3'),
         dict(BLOCK_N=16, NUM_WARPS=4, DOT_PRECISION='ieee'),
         dict(BLOCK_N=64, NUM_WARPS=8, DOT_PRECISION='tf32x3')],
+    # The flash-style kernels: their own (8 warps since 0.5.12, no spill
+    # in bf16), the 4 they had, then smaller tiles (128-token tiles need
+    # more shared memory than sm_90 has, with a mask, or spill 0.8-1 KB).
     'triton_mean_shift_attention': [
-        dict(BLOCK=64, NUM_WARPS=4), dict(BLOCK=32, NUM_WARPS=2),
-        dict(BLOCK=32, NUM_WARPS=4), dict(BLOCK=64, NUM_WARPS=8),
-        dict(BLOCK=128, NUM_WARPS=8)],
+        dict(BLOCK=64, NUM_WARPS=8), dict(BLOCK=64, NUM_WARPS=4),
+        dict(BLOCK=32, NUM_WARPS=4), dict(BLOCK=32, NUM_WARPS=2)],
     'triton_softmax_apply': [
-        dict(BLOCK=64, NUM_WARPS=4), dict(BLOCK=32, NUM_WARPS=2),
-        dict(BLOCK=32, NUM_WARPS=4), dict(BLOCK=64, NUM_WARPS=8),
-        dict(BLOCK=128, NUM_WARPS=8)],
+        dict(BLOCK=64, NUM_WARPS=8), dict(BLOCK=64, NUM_WARPS=4),
+        dict(BLOCK=32, NUM_WARPS=4), dict(BLOCK=32, NUM_WARPS=2)],
     'triton_score_conv': [
         dict(BLOCK_Q=16, BLOCK_K=64, NUM_WARPS=4),
         dict(BLOCK_Q=8, BLOCK_K=64, NUM_WARPS=2),

@@ -838,9 +838,10 @@ def test_every_kernel_compiles_for_hopper():
                      if attr.endswith('_kernel')}
     assert kernels == expected, sorted(expected ^ kernels)
     # Spills (the stack frame: local memory) at the default launch
-    # settings: none in the linear attention of 32-wide heads, and at most
-    # a few hundred bytes a thread in any bf16 kernel (the linear
-    # attention's 64-wide backward kernels spilled 3-7 KB before 0.5.12).
+    # settings of a bf16 step: none, but in the linear attention's
+    # backward kernels of a 64-wide head (FLatten-PVT), a few hundred
+    # bytes a thread (3-7 KB before 0.5.12; the flash-style kernels and
+    # the square maps' DP loss spilled 16-264 B on 4 warps).
     for line in done.stdout.splitlines():
         if not line.startswith('| triton_'):
             continue
@@ -848,10 +849,9 @@ def test_every_kernel_compiles_for_hopper():
             line.split('|')[i].strip() for i in (1, 2, 6, 7))
         if 'bf16' not in used_by:
             continue
-        assert int(stack) <= 512, line
-        if kernel.startswith('triton_linear_attention.') and \
-                'BLOCK_D=32,' in specialization:
-            assert int(stack) == 0, line
+        wide = kernel.startswith('triton_linear_attention.') and \
+            'BLOCK_D=64,' in specialization
+        assert int(stack) <= (256 if wide else 0), line
 
 
 @pytest.mark.slow

@@ -166,7 +166,7 @@ def diagonality_loss_op(logits: torch.Tensor) -> torch.Tensor:
     partial = torch.empty(maps, 2, device=logits.device,
                           dtype=torch.float32)
     tk.forward_kernel[(maps, )](logits.contiguous(), partial, N,
-                                BLOCK=tk.BLOCK)
+                                BLOCK=tk.BLOCK, num_warps=tk.NUM_WARPS)
     return partial.sum() / (maps * N)
 
 
@@ -187,7 +187,8 @@ def diagonality_loss_backward_op(grad: torch.Tensor,
     maps = logits.numel() // (N * N)
     dlogits = torch.empty_like(logits, memory_format=torch.contiguous_format)
     tk.backward_kernel[(maps, )](logits.contiguous(), grad.reshape(1), dlogits,
-                                 N, 1. / (maps * N), BLOCK=tk.BLOCK)
+                                 N, 1. / (maps * N), BLOCK=tk.BLOCK,
+                                 num_warps=tk.NUM_WARPS)
     return dlogits
 
 

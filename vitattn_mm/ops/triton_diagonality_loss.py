@@ -19,6 +19,10 @@ import triton.language as tl
 
 #: The largest map side a program takes (7x7 and 8x8 windows: 49, 64).
 BLOCK = 64
+#: Warps per program of a square map (one map a program): with 8 its
+#: backward keeps its tiles in registers, where 4 spilled 264 B a thread
+#: (``tools/compile_kernels.py``, sm_90).
+NUM_WARPS = 8
 
 
 @triton.jit
