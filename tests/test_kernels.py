@@ -120,6 +120,9 @@ def focused_inputs(B=2, hw=(5, 7), C=48, heads=2, kv_tokens=None,
     dict(kv_tokens=6),  # spatial reduction: 6 keys, a value map
     dict(hw=(3, 11), C=72, heads=3),  # head width 24, 3 heads
     dict(hw=(1, 3), C=32, heads=1, kernel=3),  # one row, a 3x3 conv
+    # Head width 40: the backward's products over the state in 32-channel
+    # chunks, the second one partly masked; keys reduced.
+    dict(hw=(3, 7), C=80, heads=2, kv_tokens=9),
 ])
 def test_focused_linear_attention_fp32(case):
     inputs, constants = focused_inputs(**case)
@@ -192,6 +195,14 @@ def test_relu_linear_attention_fp32(denominator_min):
                      relu_inputs(), [3, denominator_min])
     assert max(errors.values()) <= 1e-5, errors
     assert set(errors) == {'out', 0, 1}
+
+
+def test_relu_linear_attention_of_wide_heads_fp32():
+    """Head width 40: the backward's products over the state in two
+    32-channel chunks, the second one partly masked."""
+    errors = compare(relu_linear_attention_op, relu_linear_attention_eager,
+                     relu_inputs(N=19, C=80, heads=2), [2, 1.])
+    assert max(errors.values()) <= 1e-5, errors
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
@@ -838,10 +849,10 @@ def test_every_kernel_compiles_for_hopper():
                      if attr.endswith('_kernel')}
     assert kernels == expected, sorted(expected ^ kernels)
     # Spills (the stack frame: local memory) at the default launch
-    # settings of a bf16 step: none, but in the linear attention's
-    # backward kernels of a 64-wide head (FLatten-PVT), a few hundred
-    # bytes a thread (3-7 KB before 0.5.12; the flash-style kernels and
-    # the square maps' DP loss spilled 16-264 B on 4 warps).
+    # settings of a bf16 step: none, but in the linear attention's query
+    # backward of a 64-wide head (FLatten-PVT), some tens of bytes a
+    # thread (its backward kernels spilled 3-7 KB before 0.5.12; the
+    # flash-style kernels and the square maps' DP loss 16-264 B).
     for line in done.stdout.splitlines():
         if not line.startswith('| triton_'):
             continue
@@ -851,7 +862,7 @@ def test_every_kernel_compiles_for_hopper():
             continue
         wide = kernel.startswith('triton_linear_attention.') and \
             'BLOCK_D=64,' in specialization
-        assert int(stack) <= (256 if wide else 0), line
+        assert int(stack) <= (128 if wide else 0), line
 
 
 @pytest.mark.slow

@@ -25,6 +25,8 @@ not stored).
 import triton
 import triton.language as tl
 
+from .triton_depthwise import dwc_tile, dwc_tile_backward
+
 #: Tokens per program (query and key blocks alike), and warps per
 #: program. With 16 and 8 no kernel spills a register for 32-wide heads
 #: (FLatten-Swin, -PVTv2, -CSwin, L2ViT) and 64-wide ones spill 0-232 B
@@ -142,30 +144,6 @@ def _temperature(temp_ptr, h, T, PER_HEAD_T: tl.constexpr):
 
 
 @triton.jit
-def _dwc(map_ptr, smb, smc, smh, smw, w_ptr, bias_ptr, b, offs_n, mask_n,
-         col, offs_d, mask_d, H, W, CW, K: tl.constexpr):
-    """Depthwise ``K x K`` conv (zero padding, channel ``c`` with the
-    kernel ``c % CW``) of a ``(B, C, H, W)`` map at tokens ``offs_n``."""
-    y, x = offs_n // W, offs_n % W
-    ch = col + offs_d
-    wch = ch % CW
-    acc = tl.zeros([offs_n.shape[0], offs_d.shape[0]], tl.float32)
-    acc += tl.load(bias_ptr + wch, mask=mask_d, other=0.).to(
-        tl.float32)[None, :]
-    for ky in tl.static_range(K):
-        for kx in tl.static_range(K):
-            yy, xx = y + (ky - K // 2), x + (kx - K // 2)
-            ok = mask_n & (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
-            val = tl.load(map_ptr + b * smb + ch[None, :] * smc +
-                          yy[:, None] * smh + xx[:, None] * smw,
-                          mask=ok[:, None] & mask_d[None, :], other=0.)
-            wt = tl.load(w_ptr + wch * (K * K) + (ky * K + kx), mask=mask_d,
-                         other=0.)
-            acc += val.to(tl.float32) * wt.to(tl.float32)[None, :]
-    return acc
-
-
-@triton.jit
 def state_kernel(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
                  state_ptr, ksum_ptr, n, D, NH, P, P_INT: tl.constexpr,
                  HAS_POS: tl.constexpr, FOCUSED: tl.constexpr,
@@ -217,8 +195,9 @@ def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
         T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
         o = tl.dot(x, S, input_precision=DOT) * (T_h * z)[:, None]
         if HAS_DWC:
-            o += _dwc(map_ptr, smb, smc, smh, smw, w_ptr, bias_ptr, b,
-                      offs_n, mask_n, h * D, offs_d, mask_d, H, W, CW, K)
+            o += dwc_tile(map_ptr, smb, smc, smh, smw, w_ptr, bias_ptr, b,
+                          offs_n, mask_n, h * D, offs_d, mask_d, H, W, CW,
+                          K)
         tl.store(out_ptr + b * sob + offs_n[:, None] * son + h * D +
                  offs_d[None, :], o.to(out_ptr.dtype.element_ty),
                  mask=mask_n[:, None] & mask_d[None, :])
@@ -241,16 +220,15 @@ def _focus_backward(dy, x, u, r, t, G, P):
 def _query_grad(q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
                 ksum_ptr, T_h, b, h, offs_n, mask_n, offs_d, mask_d, ratio,
                 D, NH, A, EPS, DMIN, P, P_INT: tl.constexpr,
-                FOCUSED: tl.constexpr, DOT: tl.constexpr):
+                FOCUSED: tl.constexpr, BLOCK_D: tl.constexpr,
+                DOT: tl.constexpr):
     """Head ``h`` of a query block: ``a``, ``x``, ``u``, the feature
     ``phi``, the output gradient ``g``, ``z``, ``g . o``, whether the
     denominator passes the floor, and ``dphi``."""
     a, x, u, phi = _features(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n,
                              mask_n, h * D, offs_d, mask_d, ratio, P, P_INT,
                              False, FOCUSED)
-    s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
-    S = tl.load(state_ptr + s_off, mask=mask_d[:, None] & mask_d[None, :],
-                other=0.) * T_h
+    _, m_off = _state_offsets(b, h, NH, D, offs_d)
     m = tl.load(ksum_ptr + m_off, mask=mask_d, other=0.) * A
     g = _tile(g_ptr, sgb, sgn, b, offs_n, mask_n, h * D, offs_d, mask_d)
     den = tl.sum(phi * m[None, :], 1) + EPS
@@ -258,7 +236,8 @@ def _query_grad(q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
     passes = (den >= DMIN) & mask_n
     # g . o = z phi . (g S^T): the output is not computed again (a
     # product and its registers fewer per head).
-    gs = tl.dot(g, tl.trans(S), input_precision=DOT)
+    gs = _times_state_t(g_ptr, sgb, sgn, state_ptr, b, h, offs_n, mask_n,
+                        offs_d, mask_d, D, NH, T_h, BLOCK_D, DOT)
     go = z * tl.sum(phi * gs, 1)
     dphi = gs * z[:, None] - tl.where(passes, z * go, 0.)[:, None] * \
         m[None, :]
@@ -290,7 +269,7 @@ def query_backward_kernel(
         a, x, u, phi, g, z, go, passes, dphi = _query_grad(
             q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr, ksum_ptr,
             T_h, b, h, offs_n, mask_n, offs_d, mask_d, ratio, D, NH, A, EPS,
-            DMIN, P, P_INT, FOCUSED, DOT)
+            DMIN, P, P_INT, FOCUSED, BLOCK_D, DOT)
         s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
         # dS is w.r.t. T * S_raw; the key pass multiplies by T.
         tl.atomic_add(dstate_ptr + s_off,
@@ -307,18 +286,21 @@ def query_backward_kernel(
                      offs_d[None, :],
                      tl.where(a > 0, dphi, 0.).to(dq_ptr.dtype.element_ty),
                      mask=mask)
-        if HAS_DWC:
-            _dwc_backward(g, map_ptr, smb, smc, smh, smw, g_ptr, sgb, sgn,
-                          w_ptr, dw_ptr, db_ptr, dmap_ptr, sdmb, sdmc, sdmh,
-                          sdmw, b, offs_n, mask_n, h * D, offs_d, mask_d, H,
-                          W, CW, K)
+    if HAS_DWC:
+        for h in range(NH):
+            g = _tile(g_ptr, sgb, sgn, b, offs_n, mask_n, h * D, offs_d,
+                      mask_d)
+            dwc_tile_backward(g, map_ptr, smb, smc, smh, smw, g_ptr, sgb,
+                              sgn, w_ptr, dw_ptr, db_ptr, dmap_ptr, sdmb,
+                              sdmc, sdmh, sdmw, b, offs_n, mask_n, h * D,
+                              offs_d, mask_d, H, W, CW, K)
     if FOCUSED:
         for h in range(NH):
             T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
             a, x, u, phi, g, z, go, passes, dphi = _query_grad(
                 q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
                 ksum_ptr, T_h, b, h, offs_n, mask_n, offs_d, mask_d, ratio,
-                D, NH, A, EPS, DMIN, P, P_INT, FOCUSED, DOT)
+                D, NH, A, EPS, DMIN, P, P_INT, FOCUSED, BLOCK_D, DOT)
             dx = _focus_backward(dphi, x, u, r, t, G, P)
             s = tl.load(s_ptr + h * D + offs_d, mask=mask_d, other=1.)
             tl.store(dq_ptr + b * sdqb + offs_n[:, None] * sdqn + h * D +
@@ -330,59 +312,64 @@ def query_backward_kernel(
                           mask=mask_d)
 
 
-@triton.jit
-def _dwc_backward(g, map_ptr, smb, smc, smh, smw, g_ptr, sgb, sgn, w_ptr,
-                  dw_ptr, db_ptr, dmap_ptr, sdmb, sdmc, sdmh, sdmw, b,
-                  offs_n, mask_n, col, offs_d, mask_d, H, W, CW,
-                  K: tl.constexpr):
-    """The depthwise conv's share of a block: weight and bias gradients
-    (atomics) and the input map's gradient at these tokens (the transposed
-    conv of ``g``)."""
-    y, x = offs_n // W, offs_n % W
-    ch = col + offs_d
-    wch = ch % CW
-    tl.atomic_add(db_ptr + wch, tl.sum(g, 0), mask=mask_d)
-    dmap = tl.zeros([offs_n.shape[0], offs_d.shape[0]], tl.float32)
-    for ky in tl.static_range(K):
-        for kx in tl.static_range(K):
-            dy, dx = ky - K // 2, kx - K // 2
-            yy, xx = y + dy, x + dx
-            ok = mask_n & (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
-            val = tl.load(map_ptr + b * smb + ch[None, :] * smc +
-                          yy[:, None] * smh + xx[:, None] * smw,
-                          mask=ok[:, None] & mask_d[None, :], other=0.)
-            tl.atomic_add(dw_ptr + wch * (K * K) + (ky * K + kx),
-                          tl.sum(g * val.to(tl.float32), 0), mask=mask_d)
-            # Map token (y, x) feeds output (y - dy, x - dx) through this tap.
-            yo, xo = y - dy, x - dx
-            ok = mask_n & (yo >= 0) & (yo < H) & (xo >= 0) & (xo < W)
-            go = tl.load(g_ptr + b * sgb + (yo * W + xo)[:, None] * sgn +
-                         ch[None, :], mask=ok[:, None] & mask_d[None, :],
-                         other=0.)
-            wt = tl.load(w_ptr + wch * (K * K) + (ky * K + kx), mask=mask_d,
-                         other=0.)
-            dmap += go.to(tl.float32) * wt.to(tl.float32)[None, :]
-    tl.store(dmap_ptr + b * sdmb + ch[None, :] * sdmc + y[:, None] * sdmh +
-             x[:, None] * sdmw, dmap.to(dmap_ptr.dtype.element_ty),
-             mask=mask_n[:, None] & mask_d[None, :])
+#: Channels of a head a product over its ``d x d`` state (or the state's
+#: gradient) contracts at once: each thread holds whole rows and columns
+#: of a CUDA-core product's operands, and a 64-wide head's whole state
+#: overflowed the registers; the backward sums two 32-channel products.
+CHUNK = tl.constexpr(32)
 
 
 @triton.jit
-def _key_inputs(k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
-                dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
-                mask_d, ratio, D, NH, A, P, P_INT: tl.constexpr,
-                HAS_POS: tl.constexpr, FOCUSED: tl.constexpr):
-    """Head ``h`` of a key block: ``a``, ``x``, ``u``, ``phi``, the values
-    and the gradients of ``S`` (times ``T``) and ``m`` (times ``A``)."""
-    a, x, u, phi = _features(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
-                             mask_n, h * D, offs_d, mask_d, ratio, P, P_INT,
-                             HAS_POS, FOCUSED)
-    v = _tile(v_ptr, svb, svn, b, offs_n, mask_n, h * D, offs_d, mask_d)
-    s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
-    dS = tl.load(dstate_ptr + s_off, mask=mask_d[:, None] & mask_d[None, :],
-                 other=0.) * T_h
-    dm = tl.load(dksum_ptr + m_off, mask=mask_d, other=0.) * A
-    return a, x, u, phi, v, dS, dm
+def _times_state_t(x_ptr, sxb, sxn, state_ptr, b, h, offs_n, mask_n,
+                   offs_d, mask_d, D, NH, T_h, BLOCK_D: tl.constexpr,
+                   DOT: tl.constexpr):
+    """A head's tile times its ``d x d`` state (or the state's gradient)
+    transposed, ``[BLOCK_N, BLOCK_D]`` (times ``T_h``): ``g S^T`` of the
+    output's gradient, ``v dS^T`` of the values; summed over chunks of the
+    tile's channels (:data:`CHUNK`)."""
+    C: tl.constexpr = CHUNK if BLOCK_D > CHUNK else BLOCK_D
+    offs_c = tl.arange(0, C)
+    base = (b * NH + h) * D
+    acc = tl.zeros([offs_n.shape[0], BLOCK_D], tl.float32)
+    for c in tl.static_range(BLOCK_D // C):
+        cols = c * C + offs_c
+        mask_c = cols < D
+        xc = _tile(x_ptr, sxb, sxn, b, offs_n, mask_n, h * D + c * C,
+                   offs_c, mask_c)
+        Sc = tl.load(state_ptr + base * D + offs_d[:, None] * D +
+                     cols[None, :], mask=mask_d[:, None] & mask_c[None, :],
+                     other=0.)
+        acc += tl.dot(xc, tl.trans(Sc), input_precision=DOT)
+    return acc * T_h
+
+
+@triton.jit
+def _powers_by_state_grad(k_ptr, skb, skn, pos_ptr, spn, s_ptr, dstate_ptr,
+                          dksum_ptr, b, h, offs_n, mask_n, offs_d, mask_d,
+                          ratio, D, NH, T_h, A, P, P_INT: tl.constexpr,
+                          HAS_POS: tl.constexpr, FOCUSED: tl.constexpr,
+                          BLOCK_D: tl.constexpr, DOT: tl.constexpr):
+    """The keys' ``u dS`` (``[BLOCK_N, BLOCK_D]``; ``u = x ** P``, or the
+    ReLU features) and ``u . dm`` (``dm`` times ``A``), over chunks of
+    ``u``'s channels as :func:`_times_state_t`."""
+    C: tl.constexpr = CHUNK if BLOCK_D > CHUNK else BLOCK_D
+    offs_c = tl.arange(0, C)
+    base = (b * NH + h) * D
+    acc = tl.zeros([offs_n.shape[0], BLOCK_D], tl.float32)
+    udm = tl.zeros([offs_n.shape[0]], tl.float32)
+    for c in tl.static_range(BLOCK_D // C):
+        rows = c * C + offs_c
+        mask_c = rows < D
+        _, _, uc, _ = _features(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b,
+                                offs_n, mask_n, h * D + c * C, offs_c,
+                                mask_c, ratio, P, P_INT, HAS_POS, FOCUSED)
+        dSc = tl.load(dstate_ptr + base * D + rows[:, None] * D +
+                      offs_d[None, :], mask=mask_c[:, None] & mask_d[None, :],
+                      other=0.)
+        acc += tl.dot(uc, dSc, input_precision=DOT)
+        udm += tl.sum(uc * tl.load(dksum_ptr + base + rows, mask=mask_c,
+                                   other=0.)[None, :], 1)
+    return acc * T_h, udm * A
 
 
 @triton.jit
@@ -398,11 +385,11 @@ def key_backward_kernel(
     the conv's share when it ran on these values), the position table's
     gradient summed over images, and its share of ``ds``.
 
-    ``dphi = v dS^T + dm`` and ``dv = phi dS``; focused, the first pass
+    ``dphi = v dS^T + dm`` and ``dv = phi dS``. Focused, the first pass
     over the heads needs ``dv`` and ``G = sum_c dphi_c u_c = v . (u dS) +
     u . dm`` only, both from the one product ``u dS`` (``phi = u r / t``),
-    and the second ``dphi`` alone: one product per head and pass, which
-    keeps a 64-wide head's tiles in registers."""
+    and the second ``dphi`` alone: one product per head and pass, each
+    over chunks of the head's channels."""
     b, offs_n, mask_n, offs_d, mask_d = _program_tokens(n, D, BLOCK_N,
                                                         BLOCK_D)
     mask = mask_n[:, None] & mask_d[None, :]
@@ -412,18 +399,23 @@ def key_backward_kernel(
     G = tl.zeros([BLOCK_N], tl.float32)
     for h in range(NH):
         T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
-        a, x, u, phi, v, dS, dm = _key_inputs(
-            k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
-            dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
-            mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED)
+        w, udm = _powers_by_state_grad(
+            k_ptr, skb, skn, pos_ptr, spn, s_ptr, dstate_ptr, dksum_ptr, b,
+            h, offs_n, mask_n, offs_d, mask_d, ratio, D, NH, T_h, A, P,
+            P_INT, HAS_POS, FOCUSED, BLOCK_D, DOT)
         if FOCUSED:
-            w = tl.dot(u, dS, input_precision=DOT)
+            v = _tile(v_ptr, svb, svn, b, offs_n, mask_n, h * D, offs_d,
+                      mask_d)
             dv = w * ratio[:, None]
-            G += tl.sum(v * w, 1) + tl.sum(u * dm[None, :], 1)
-        else:
-            dv = tl.dot(phi, dS, input_precision=DOT)
-            dphi = tl.dot(v, tl.trans(dS), input_precision=DOT) + \
-                dm[None, :]
+            G += tl.sum(v * w, 1) + udm
+        else:  # phi = u: dv = u dS
+            dv = w
+            a, _ = _inputs(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b, offs_n,
+                           mask_n, h * D, offs_d, mask_d, HAS_POS, False)
+            dphi = _times_state_t(
+                v_ptr, svb, svn, dstate_ptr, b, h, offs_n, mask_n, offs_d,
+                mask_d, D, NH, T_h, BLOCK_D, DOT) + _key_sum_grad(
+                    dksum_ptr, b, h, NH, D, A, offs_d, mask_d)[None, :]
             _store_key_grad(tl.where(a > 0, dphi, 0.), dk_ptr, sdkb, sdkn,
                             dpos_ptr, sdpn, b, offs_n, mask, h * D, offs_d,
                             HAS_POS)
@@ -435,12 +427,13 @@ def key_backward_kernel(
     if FOCUSED:
         for h in range(NH):
             T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
-            a, x, u, phi, v, dS, dm = _key_inputs(
-                k_ptr, skb, skn, v_ptr, svb, svn, pos_ptr, spn, s_ptr,
-                dstate_ptr, dksum_ptr, T_h, b, h, offs_n, mask_n, offs_d,
-                mask_d, ratio, D, NH, A, P, P_INT, HAS_POS, FOCUSED)
-            dphi = tl.dot(v, tl.trans(dS), input_precision=DOT) + \
-                dm[None, :]
+            a, x, u, _ = _features(k_ptr, skb, skn, pos_ptr, spn, s_ptr, b,
+                                   offs_n, mask_n, h * D, offs_d, mask_d,
+                                   ratio, P, P_INT, HAS_POS, True)
+            dphi = _times_state_t(
+                v_ptr, svb, svn, dstate_ptr, b, h, offs_n, mask_n, offs_d,
+                mask_d, D, NH, T_h, BLOCK_D, DOT) + _key_sum_grad(
+                    dksum_ptr, b, h, NH, D, A, offs_d, mask_d)[None, :]
             dx = _focus_backward(dphi, x, u, r, t, G, P)
             s = tl.load(s_ptr + h * D + offs_d, mask=mask_d, other=1.)
             _store_key_grad(tl.where(a > 0, dx / s[None, :], 0.), dk_ptr,
@@ -449,6 +442,13 @@ def key_backward_kernel(
             tl.atomic_add(ds_ptr + h * D + offs_d,
                           -tl.sum(tl.where(mask, dx * x, 0.), 0) / s,
                           mask=mask_d)
+
+
+@triton.jit
+def _key_sum_grad(dksum_ptr, b, h, NH, D, A, offs_d, mask_d):
+    """The gradient of ``m`` (times ``A``) for head ``h``."""
+    return tl.load(dksum_ptr + (b * NH + h) * D + offs_d, mask=mask_d,
+                   other=0.) * A
 
 
 @triton.jit
