@@ -287,6 +287,8 @@ def query_backward_kernel(
                      tl.where(a > 0, dphi, 0.).to(dq_ptr.dtype.element_ty),
                      mask=mask)
     if HAS_DWC:
+        # A pass of its own: the conv's gradients read the output's alone,
+        # and the attention's tiles are no longer live (fewer spills).
         for h in range(NH):
             g = _tile(g_ptr, sgb, sgn, b, offs_n, mask_n, h * D, offs_d,
                       mask_d)
