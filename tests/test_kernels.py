@@ -857,7 +857,7 @@ def test_every_kernel_compiles_for_hopper():
         if not line.startswith('| triton_'):
             continue
         kernel, specialization, stack, used_by = (
-            line.split('|')[i].strip() for i in (1, 2, 6, 7))
+            line.split('|')[i].strip() for i in (1, 2, 6, 8))
         if 'bf16' not in used_by:
             continue
         wide = kernel.startswith('triton_linear_attention.') and \
@@ -917,6 +917,19 @@ def test_compile_kernels_sets_launch_settings_by_name(monkeypatch, capsys):
             tool._apply_setting(parser, setting)
         assert exit_.value.code == 2
         assert message in capsys.readouterr().err, setting
+
+
+def test_compile_kernels_counts_the_warps_an_sm_holds():
+    """Occupancy from a compiled kernel's registers and shared memory
+    (a Hopper SM: 65536 registers, 228 KiB, 64 warps): 255 registers on
+    8 warps fill the register file with one block; 128 on 4 allow four;
+    shared memory or the warp limit can bind first."""
+    from vitattn_tools.kernel_compile import resident_warps
+    assert resident_warps(255, 0, 8) == 8
+    assert resident_warps(128, 0, 4) == 16
+    assert resident_warps(128, 100_000, 4) == 8  # two blocks' shared
+    assert resident_warps(32, 0, 8) == 64  # the warp limit
+    assert resident_warps(40, 0, 1) == 32  # the block limit
 
 
 @pytest.mark.parametrize('keys', [20, 63])

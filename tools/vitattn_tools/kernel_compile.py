@@ -49,6 +49,25 @@ _DTYPES = {torch.float32: 'fp32', torch.bfloat16: 'bf16',
            torch.uint8: 'u8', torch.bool: 'i1'}
 # Hopper's largest shared memory a block can opt into (227 KiB).
 SHARED_LIMIT = {90: 232448, 80: 166912, 89: 101376, 86: 101376}
+# What one SM holds at once (sm_80 and sm_90): registers, shared memory
+# (bytes, for all its blocks), warps and blocks.
+SM_REGISTERS, SM_WARPS, SM_BLOCKS = 65536, 64, 32
+SM_SHARED = {90: 233472, 80: 167936, 89: 102400, 86: 102400}
+
+
+def resident_warps(registers: int, shared: int, num_warps: int,
+                   capability: int = 90) -> int:
+    """Warps of a kernel one SM holds at once (occupancy, of 64): as many
+    blocks as its registers allow (a warp's allocated 256 at a time), its
+    shared memory (plus the 1 KiB the runtime keeps per block), and the
+    SM's warp and block limits, times ``num_warps``."""
+    per_warp = -(-max(registers, 1) * 32 // 256) * 256
+    blocks = min(SM_REGISTERS // per_warp // num_warps,
+                 SM_WARPS // num_warps, SM_BLOCKS)
+    if shared:
+        blocks = min(blocks, SM_SHARED.get(capability, SM_SHARED[90]) //
+                     (shared + 1024))
+    return blocks * num_warps
 
 
 @dataclass
@@ -60,6 +79,8 @@ class Compiled:
     shared: Optional[int] = None
     registers: Optional[int] = None
     stack: Optional[int] = None
+    #: Warps an SM holds at once (:func:`resident_warps`).
+    warps_per_sm: Optional[int] = None
     error: str = ''
     used_by: List[str] = field(default_factory=list)
 
@@ -155,6 +176,10 @@ class KernelCompiler:
             result.shared = compiled.metadata.shared
             result.registers, result.stack = _resources(
                 compiled.asm['cubin'])
+            if result.registers is not None:
+                result.warps_per_sm = resident_warps(
+                    result.registers, result.shared,
+                    options.get('num_warps', 4), self.capability)
             limit = SHARED_LIMIT.get(self.capability)
             if limit is not None and result.shared > limit:
                 result.error = (f'needs {result.shared} B of shared memory, '
@@ -227,7 +252,7 @@ def compile_all(families=FAMILIES, precisions=PRECISIONS,
 def markdown(results: List[Compiled]) -> str:
     """The results as a markdown table."""
     rows = ['| kernel | specialization | compile s | shared B | registers '
-            '| stack B | used by | error |', '|' + ' --- |' * 8]
+            '| stack B | warps / SM | used by | error |', '|' + ' --- |' * 9]
     for r in results:
         used = sorted(set(r.used_by))
         rows.append(
@@ -235,6 +260,7 @@ def markdown(results: List[Compiled]) -> str:
             f"{'' if r.shared is None else r.shared} | "
             f"{'' if r.registers is None else r.registers} | "
             f"{'' if r.stack is None else r.stack} | "
+            f"{'' if r.warps_per_sm is None else r.warps_per_sm} | "
             f"{', '.join(used[:3])}{' ...' if len(used) > 3 else ''} | "
             f'{r.error} |')
     return '\n'.join(rows)
