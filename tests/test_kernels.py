@@ -857,7 +857,7 @@ def test_every_kernel_compiles_for_hopper():
         if not line.startswith('| triton_'):
             continue
         kernel, specialization, stack, used_by = (
-            line.split('|')[i].strip() for i in (1, 2, 6, 8))
+            line.split('|')[i].strip() for i in (1, 2, 6, 9))
         if 'bf16' not in used_by:
             continue
         wide = kernel.startswith('triton_linear_attention.') and \
@@ -930,6 +930,14 @@ def test_compile_kernels_counts_the_warps_an_sm_holds():
     assert resident_warps(128, 100_000, 4) == 8  # two blocks' shared
     assert resident_warps(32, 0, 8) == 64  # the warp limit
     assert resident_warps(40, 0, 1) == 32  # the block limit
+    # Each specialization counts its launches' programs, fewest to most.
+    from vitattn_tools.kernel_compile import Compiled, KernelCompiler
+    compiler = KernelCompiler()
+    result = Compiled('k', 'sig')
+    compiler._compile = lambda fn, args, kwargs: result
+    for grid in ((4, 40), (2, 10, 3), (300, )):
+        compiler.compile(None, (), {}, grid)
+    assert result.programs == (60, 300)
 
 
 @pytest.mark.parametrize('keys', [20, 63])

@@ -18,6 +18,7 @@ It must run in a process where ``TRITON_INTERPRET`` is unset: with it set,
 """
 import contextlib
 import inspect
+import math
 import os
 import re
 import subprocess
@@ -81,6 +82,8 @@ class Compiled:
     stack: Optional[int] = None
     #: Warps an SM holds at once (:func:`resident_warps`).
     warps_per_sm: Optional[int] = None
+    #: The fewest and most programs (grid size) of its launches.
+    programs: Tuple[int, int] = (0, 0)
     error: str = ''
     used_by: List[str] = field(default_factory=list)
 
@@ -149,7 +152,17 @@ class KernelCompiler:
         self.results: Dict[Tuple[str, str], Compiled] = {}
         self.current = ''
 
-    def compile(self, fn, args, kwargs) -> Compiled:
+    def compile(self, fn, args, kwargs, grid=()) -> Compiled:
+        """Compile one launch's specialization (once), and count its
+        ``grid``'s programs."""
+        result = self._compile(fn, args, kwargs)
+        programs = math.prod(grid(kwargs) if callable(grid) else grid)
+        low, high = result.programs
+        result.programs = (min(low, programs) if low else programs,
+                           max(high, programs))
+        return result
+
+    def _compile(self, fn, args, kwargs) -> Compiled:
         import triton
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
@@ -207,7 +220,7 @@ class KernelCompiler:
         run = jit.JITFunction.run
 
         def compile_instead(fn, *args, grid, warmup, **kwargs):
-            self.compile(fn, args, kwargs)
+            self.compile(fn, args, kwargs, grid)
 
         jit.JITFunction.run = compile_instead
         try:
@@ -249,10 +262,16 @@ def compile_all(families=FAMILIES, precisions=PRECISIONS,
     return list(compiler.results.values())
 
 
+def _span(pair: Tuple[int, int]) -> str:
+    low, high = pair
+    return str(low) if low == high else f'{low}-{high}'
+
+
 def markdown(results: List[Compiled]) -> str:
     """The results as a markdown table."""
     rows = ['| kernel | specialization | compile s | shared B | registers '
-            '| stack B | warps / SM | used by | error |', '|' + ' --- |' * 9]
+            '| stack B | warps / SM | programs | used by | error |',
+            '|' + ' --- |' * 10]
     for r in results:
         used = sorted(set(r.used_by))
         rows.append(
@@ -261,6 +280,7 @@ def markdown(results: List[Compiled]) -> str:
             f"{'' if r.registers is None else r.registers} | "
             f"{'' if r.stack is None else r.stack} | "
             f"{'' if r.warps_per_sm is None else r.warps_per_sm} | "
+            f"{_span(r.programs)} | "
             f"{', '.join(used[:3])}{' ...' if len(used) > 3 else ''} | "
             f'{r.error} |')
     return '\n'.join(rows)
