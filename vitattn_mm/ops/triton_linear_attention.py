@@ -28,12 +28,12 @@ import triton.language as tl
 from .triton_depthwise import dwc_tile, dwc_tile_backward
 
 #: Tokens per program (query and key blocks alike), and warps per
-#: program. With 16 and 8 no kernel spills a register for 32-wide heads
-#: (FLatten-Swin, -PVTv2, -CSwin, L2ViT) and 64-wide ones spill 0-232 B
-#: a thread in bf16, where 32 tokens and 4 warps spilled up to 368 B and
-#: 7.4 KB (``tools/compile_kernels.py``, sm_90): a product's fp32
-#: operands on CUDA cores are replicated across a warp's threads. The
-#: GPU suite's tuning section tries others.
+#: program. With 16 and 8 (and the :data:`CHUNK` products) no kernel
+#: spills a register for 32-wide heads (FLatten-Swin, -PVTv2, -CSwin,
+#: L2ViT) and a 64-wide head's query backward 64 B a thread in bf16,
+#: where 32 tokens and 4 warps spilled up to 368 B and 7.4 KB
+#: (``tools/compile_kernels.py``, sm_90). The GPU suite's tuning section
+#: tries others.
 BLOCK_N = 16
 NUM_WARPS = 8
 #: Precision of the products of the fp32 features (``tl.dot``'s
