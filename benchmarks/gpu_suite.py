@@ -1015,10 +1015,18 @@ def with_projection(rows: List[dict],
     ``of_roofline``, projected over measured, the share of the roofline a
     kernel reaches (the whole step's on its 'all kernels' row, whose
     measured step also runs the optimizer; an aten kernel, whose name is
-    not its op's, has none)."""
+    not its op's, has none). A Triton kernel is matched by its name, or
+    by the longest kernel name the profiler's contains (a decorated
+    one)."""
     for row in rows:
-        ms = projected.get(row['kernel']) if row.get('clock') == 'device' \
-            else None
+        if row.get('clock') != 'device':
+            continue
+        name = row['kernel']
+        ms = projected.get(name)
+        if ms is None:
+            inside = [k for k in projected
+                      if k != 'all kernels' and k in name]
+            ms = projected[max(inside, key=len)] if inside else None
         if ms is not None:
             row.update(projected_ms_per_step=ms,
                        of_roofline=ratio(ms, row['ms_per_step']))

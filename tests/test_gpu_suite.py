@@ -356,11 +356,15 @@ def test_a_gpu_profiles_kernels_stand_beside_their_projection(tmp_path):
             dict(clock='device', kernel='conv_pass_kernel', ms_per_step=8.),
             dict(clock='device', kernel='elementwise_kernel',
                  ms_per_step=1.),
-            dict(clock='host', kernel='all ops', ms_per_step=20.)]
+            dict(clock='host', kernel='all ops', ms_per_step=20.),
+            # A name as a profiler may decorate it.
+            dict(clock='device', kernel='conv_pass_kernel_0d1d2d',
+                 ms_per_step=4.)]
     rows = suite.with_projection(rows, projected)
     assert rows[0]['of_roofline'] == pytest.approx(0.25)
     assert rows[1]['projected_ms_per_step'] == pytest.approx(2.)
     assert rows[1]['of_roofline'] == pytest.approx(0.25)
+    assert rows[4]['of_roofline'] == pytest.approx(0.5)
     # An aten kernel's name is not its op's; the host clock has no
     # projection.
     assert 'of_roofline' not in rows[2] and 'of_roofline' not in rows[3]
