@@ -1137,11 +1137,11 @@ def kernels_markdown(table: Table) -> str:
 #: (module attributes its op reads at every launch); the first is the
 #: module's own.
 TUNING_GRID = {
-    # The module's own (no spills for 32-wide heads), then the setting it
-    # had before (32 tokens, 4 warps: spills, which only a GPU prices),
-    # 16 warps (a 64-wide head's fewest spills), then the fp32 features'
-    # products on tensor cores ('tf32x3', fp32's precision; 'ieee' runs
-    # them on CUDA cores).
+    # The module's own (no spills but a 64-wide head's query backward, 64
+    # B), then the setting it had before (32 tokens, 4 warps: what its
+    # spills cost only a GPU says), 16 warps (fewer registers a thread),
+    # then the fp32 features' products on tensor cores ('tf32x3', fp32's
+    # precision; 'ieee' runs them on CUDA cores).
     'triton_linear_attention': [
         dict(BLOCK_N=16, NUM_WARPS=8, DOT_PRECISION='ieee'),
         dict(BLOCK_N=32, NUM_WARPS=4, DOT_PRECISION='ieee'),
