@@ -4,7 +4,11 @@ Runs each family's training step on the CPU with the kernels' launches
 turned into ``triton.compile`` calls for ``sm_<capability>`` (Triton's front
 end, passes and bundled ptxas), at fp32, bf16 and fp16; prints one row per
 distinct specialization: compile time, shared memory, registers, stack frame
-and the error of any that fails. Exit status 1 if one fails. Examples::
+(spills), the warps an SM holds of it, its launches' fewest and most
+programs, and the error of any that fails. Exit status 1 if one fails. It
+compiles with the Triton it imports: a venv with the GPU image's version
+checks the kernels as that GPU builds them (docs/fused_attention.md).
+Examples::
 
     python tools/compile_kernels.py                  # all families, sm_90
     python tools/compile_kernels.py --family LaViT --precision bf16
