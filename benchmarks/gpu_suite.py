@@ -1001,7 +1001,10 @@ def projected_kernel_ms(ops: Sequence['cost_model.OpRecord'],
     kernels after it are projected by their bytes."""
     projected: Dict[str, float] = defaultdict(float)
     for r in ops:
-        ms = hardware.kernel_us(r.flops, r.nbytes) / 1e3
+        # As cost_model.project times it (a custom op's kernels at the
+        # preset's fused efficiency).
+        ms = hardware.kernel_us(r.flops, r.nbytes,
+                                cost_model.is_fused(r.name)) / 1e3
         projected['all kernels'] += ms
         if '/' in r.name:
             projected[r.name.rsplit('/', 1)[1]] += ms

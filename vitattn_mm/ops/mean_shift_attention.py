@@ -174,27 +174,23 @@ def _kernels():
     return triton_mean_shift_attention
 
 
-def _launch(qkv, bias, mask, num_heads, scale, mean_shift, write_out=True):
-    """The forward kernel: the output (None without ``write_out``) and the
-    rows' log-sum-exp."""
+def _launch(qkv, bias, mask, num_heads, scale, mean_shift):
+    """The forward kernel: the output and the rows' log-sum-exp."""
     tk = _kernels()
     B, N, width = qkv.shape
     C = width // (4 if mean_shift else 3)
     D = C // num_heads
-    out = qkv.new_empty(B, N, C) if write_out else None
+    out = qkv.new_empty(B, N, C)
     lse = torch.empty(B * num_heads, N, device=qkv.device,
                       dtype=torch.float32)
     grid = (-(-N // tk.BLOCK), B * num_heads)
     tk.forward_kernel[grid](
         qkv, qkv.stride(0), qkv.stride(1), qkv if bias is None else bias,
-        qkv if mask is None else mask, qkv if out is None else out,
-        C if out is None else out.stride(0), 1 if out is None else
-        out.stride(1),
+        qkv if mask is None else mask, out, out.stride(0), out.stride(1),
         lse, N, C, num_heads, 1 if mask is None else mask.shape[0],
         float(scale), D, MEAN_SHIFT=mean_shift, HAS_BIAS=bias is not None,
         HAS_MASK=mask is not None, BLOCK_M=tk.BLOCK, BLOCK_N=tk.BLOCK,
-        BLOCK_D=block_d(D), UPCAST=_upcast(qkv), WRITE_OUT=write_out,
-        num_warps=tk.NUM_WARPS)
+        BLOCK_D=block_d(D), UPCAST=_upcast(qkv), num_warps=tk.NUM_WARPS)
     return out, lse
 
 

@@ -54,17 +54,16 @@ def _kernels():
     return triton_softmax_apply
 
 
-def _launch_forward(logits, v, mask, write_out):
+def _launch_forward(logits, v, mask):
     tk = _kernels()
     B, h, Nq, Nk = logits.shape
     D = v.shape[-1]
-    out = v.new_empty(B, h, Nq, D) if write_out else None
+    out = v.new_empty(B, h, Nq, D)
     lse = torch.empty(B * h, Nq, device=v.device, dtype=torch.float32)
     tk.forward_kernel[(-(-Nq // tk.BLOCK), B * h)](
-        logits, logits if mask is None else mask, v, *v.stride()[:3],
-        v if out is None else out, lse, h, Nq, Nk,
-        1 if mask is None else mask.shape[0], D, HAS_MASK=mask is not None,
-        WRITE_OUT=write_out, UPCAST=_upcast(v), BLOCK_M=tk.BLOCK,
+        logits, logits if mask is None else mask, v, *v.stride()[:3], out,
+        lse, h, Nq, Nk, 1 if mask is None else mask.shape[0], D,
+        HAS_MASK=mask is not None, UPCAST=_upcast(v), BLOCK_M=tk.BLOCK,
         BLOCK_N=tk.BLOCK, BLOCK_D=block_d(D), num_warps=tk.NUM_WARPS)
     return out, lse
 
@@ -93,7 +92,7 @@ def softmax_apply_with_lse(logits: torch.Tensor, v: torch.Tensor,
         masked = add_logit_bias(logits.float(), None, mask)
         return [softmax_apply_eager(logits, v, mask),
                 masked.logsumexp(-1).flatten(0, 1)]
-    return list(_launch_forward(*_inputs(logits, v, mask), write_out=True))
+    return list(_launch_forward(*_inputs(logits, v, mask)))
 
 
 @softmax_apply_with_lse.register_fake

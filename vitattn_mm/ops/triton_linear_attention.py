@@ -137,6 +137,13 @@ def _state_offsets(b, h, NH, D, offs_d):
 
 
 @triton.jit
+def _head_sum(ptr, b, h, NH, D, offs_d, mask_d, A):
+    """Head ``h``'s ``m`` (or its gradient), times ``A``."""
+    _, m_off = _state_offsets(b, h, NH, D, offs_d)
+    return tl.load(ptr + m_off, mask=mask_d, other=0.) * A
+
+
+@triton.jit
 def _temperature(temp_ptr, h, T, PER_HEAD_T: tl.constexpr):
     if PER_HEAD_T:
         T = T * tl.load(temp_ptr + h).to(tl.float32)
@@ -187,9 +194,9 @@ def output_kernel(q_ptr, sqb, sqn, s_ptr, state_ptr, ksum_ptr, temp_ptr,
         _, _, _, x = _features(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n,
                                mask_n, h * D, offs_d, mask_d, ratio, P,
                                P_INT, False, FOCUSED)
-        s_off, m_off = _state_offsets(b, h, NH, D, offs_d)
+        s_off, _ = _state_offsets(b, h, NH, D, offs_d)
         S = tl.load(state_ptr + s_off, mask=mask_dd, other=0.)
-        m = tl.load(ksum_ptr + m_off, mask=mask_d, other=0.) * A
+        m = _head_sum(ksum_ptr, b, h, NH, D, offs_d, mask_d, A)
         den = tl.sum(x * m[None, :], 1) + EPS
         z = 1. / tl.maximum(den, DMIN)
         T_h = _temperature(temp_ptr, h, T, PER_HEAD_T)
@@ -228,8 +235,7 @@ def _query_grad(q_ptr, sqb, sqn, s_ptr, g_ptr, sgb, sgn, state_ptr,
     a, x, u, phi = _features(q_ptr, sqb, sqn, q_ptr, 0, s_ptr, b, offs_n,
                              mask_n, h * D, offs_d, mask_d, ratio, P, P_INT,
                              False, FOCUSED)
-    _, m_off = _state_offsets(b, h, NH, D, offs_d)
-    m = tl.load(ksum_ptr + m_off, mask=mask_d, other=0.) * A
+    m = _head_sum(ksum_ptr, b, h, NH, D, offs_d, mask_d, A)
     g = _tile(g_ptr, sgb, sgn, b, offs_n, mask_n, h * D, offs_d, mask_d)
     den = tl.sum(phi * m[None, :], 1) + EPS
     z = tl.where(mask_n, 1. / tl.maximum(den, DMIN), 0.)
@@ -416,8 +422,8 @@ def key_backward_kernel(
                            mask_n, h * D, offs_d, mask_d, HAS_POS, False)
             dphi = _times_state_t(
                 v_ptr, svb, svn, dstate_ptr, b, h, offs_n, mask_n, offs_d,
-                mask_d, D, NH, T_h, BLOCK_D, DOT) + _key_sum_grad(
-                    dksum_ptr, b, h, NH, D, A, offs_d, mask_d)[None, :]
+                mask_d, D, NH, T_h, BLOCK_D, DOT) + _head_sum(
+                    dksum_ptr, b, h, NH, D, offs_d, mask_d, A)[None, :]
             _store_key_grad(tl.where(a > 0, dphi, 0.), dk_ptr, sdkb, sdkn,
                             dpos_ptr, sdpn, b, offs_n, mask, h * D, offs_d,
                             HAS_POS)
@@ -434,8 +440,8 @@ def key_backward_kernel(
                                    ratio, P, P_INT, HAS_POS, True)
             dphi = _times_state_t(
                 v_ptr, svb, svn, dstate_ptr, b, h, offs_n, mask_n, offs_d,
-                mask_d, D, NH, T_h, BLOCK_D, DOT) + _key_sum_grad(
-                    dksum_ptr, b, h, NH, D, A, offs_d, mask_d)[None, :]
+                mask_d, D, NH, T_h, BLOCK_D, DOT) + _head_sum(
+                    dksum_ptr, b, h, NH, D, offs_d, mask_d, A)[None, :]
             dx = _focus_backward(dphi, x, u, r, t, G, P)
             s = tl.load(s_ptr + h * D + offs_d, mask=mask_d, other=1.)
             _store_key_grad(tl.where(a > 0, dx / s[None, :], 0.), dk_ptr,
@@ -444,13 +450,6 @@ def key_backward_kernel(
             tl.atomic_add(ds_ptr + h * D + offs_d,
                           -tl.sum(tl.where(mask, dx * x, 0.), 0) / s,
                           mask=mask_d)
-
-
-@triton.jit
-def _key_sum_grad(dksum_ptr, b, h, NH, D, A, offs_d, mask_d):
-    """The gradient of ``m`` (times ``A``) for head ``h``."""
-    return tl.load(dksum_ptr + (b * NH + h) * D + offs_d, mask=mask_d,
-                   other=0.) * A
 
 
 @triton.jit

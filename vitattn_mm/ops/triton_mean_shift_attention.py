@@ -59,10 +59,9 @@ def forward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, out_ptr, sob, son,
                    lse_ptr, N, C, NH, NW, scale, D, MEAN_SHIFT: tl.constexpr,
                    HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
-                   WRITE_OUT: tl.constexpr):
-    """A query block's output (with ``WRITE_OUT``) and the rows'
-    log-sum-exp (always: the backward recomputes it alone)."""
+                   BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
+    """A query block's output and the rows' log-sum-exp (which the
+    backward reads)."""
     bh, b, h, offs_m, mask_m, offs_d, mask_d = program_rows(
         N, NH, D, BLOCK_M, BLOCK_D)
     q = head_tile(qkv_ptr, sb, sn, b, offs_m, mask_m, h * D, offs_d, mask_d,
@@ -79,20 +78,17 @@ def forward_kernel(qkv_ptr, sb, sn, bias_ptr, mask_ptr, out_ptr, sob, son,
         s = _logits(q, k, tl.sum(kf * kf, 1), bias_ptr, mask_ptr, b, h, offs_m,
                     offs_n, mask_m, mask_n, N, NW, scale, MEAN_SHIFT, HAS_BIAS,
                     HAS_MASK)
-        v = acc  # stands in where no output is written
-        if WRITE_OUT:
-            v = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, 2 * C + h * D,
-                          offs_d, mask_d, UPCAST)
-        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, WRITE_OUT)
-    if WRITE_OUT:
-        out = acc / l_i[:, None]
-        if MEAN_SHIFT:
-            out -= head_tile(qkv_ptr, sb, sn, b, offs_m, mask_m, 3 * C + h * D,
-                             offs_d, mask_d, UPCAST).to(tl.float32)
-        tl.store(out_ptr + b * sob + offs_m[:, None] * son + h * D +
-                 offs_d[None, :],
-                 out.to(out_ptr.dtype.element_ty),
-                 mask=mask_m[:, None] & mask_d[None, :])
+        v = head_tile(qkv_ptr, sb, sn, b, offs_n, mask_n, 2 * C + h * D,
+                      offs_d, mask_d, UPCAST)
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v)
+    out = acc / l_i[:, None]
+    if MEAN_SHIFT:
+        out -= head_tile(qkv_ptr, sb, sn, b, offs_m, mask_m, 3 * C + h * D,
+                         offs_d, mask_d, UPCAST).to(tl.float32)
+    tl.store(out_ptr + b * sob + offs_m[:, None] * son + h * D +
+             offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & mask_d[None, :])
     tl.store(lse_ptr + bh * N + offs_m, m_i + tl.log(l_i), mask=mask_m)
 
 

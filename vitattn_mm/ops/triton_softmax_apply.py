@@ -47,10 +47,10 @@ def _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m, mask_n, Nq, Nk,
 @triton.jit
 def forward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, out_ptr, lse_ptr, NH,
                    Nq, Nk, NW, D, HAS_MASK: tl.constexpr,
-                   WRITE_OUT: tl.constexpr, UPCAST: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_D: tl.constexpr):
-    """A query block's output (with ``WRITE_OUT``) and log-sum-exp."""
+                   UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A query block's output and log-sum-exp (which the backward
+    reads)."""
     bh, b, h, offs_m, mask_m, offs_d, mask_d = program_rows(
         Nq, NH, D, BLOCK_M, BLOCK_D)
     m_i = tl.full([BLOCK_M], float('-inf'), tl.float32)
@@ -61,16 +61,13 @@ def forward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, out_ptr, lse_ptr, NH,
         mask_n = offs_n < Nk
         s = _logit_tile(l_ptr, mask_ptr, bh, b, offs_m, offs_n, mask_m, mask_n,
                         Nq, Nk, NW, HAS_MASK)
-        v = acc  # stands in where no output is written
-        if WRITE_OUT:
-            v = head_tile(v_ptr + h * svh, svb, svn, b, offs_n, mask_n, 0,
-                          offs_d, mask_d, UPCAST)
-        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, WRITE_OUT)
-    if WRITE_OUT:
-        tl.store(out_ptr + bh.to(tl.int64) * Nq * D + offs_m[:, None] * D +
-                 offs_d[None, :],
-                 (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
-                 mask=mask_m[:, None] & mask_d[None, :])
+        v = head_tile(v_ptr + h * svh, svb, svn, b, offs_n, mask_n, 0,
+                      offs_d, mask_d, UPCAST)
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v)
+    tl.store(out_ptr + bh.to(tl.int64) * Nq * D + offs_m[:, None] * D +
+             offs_d[None, :],
+             (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & mask_d[None, :])
     tl.store(lse_ptr + bh * Nq + offs_m, m_i + tl.log(l_i), mask=mask_m)
 
 

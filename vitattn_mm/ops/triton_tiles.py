@@ -33,16 +33,15 @@ def head_tile(ptr, sb, sn, b, offs, mask_n, col, offs_d, mask_d,
 
 
 @triton.jit
-def online_softmax_step(m_i, l_i, acc, s, v, WRITE_OUT: tl.constexpr):
+def online_softmax_step(m_i, l_i, acc, s, v):
     """One key block of the online softmax: the running row maxima ``m_i``
-    and sums ``l_i`` updated with the block's fp32 logits ``s``, and with
-    ``WRITE_OUT`` the output accumulator ``acc`` rescaled and given
-    ``p v``. Returns ``(m_i, l_i, acc)``."""
+    and sums ``l_i`` updated with the block's fp32 logits ``s``, and the
+    output accumulator ``acc`` rescaled and given ``p v``. Returns
+    ``(m_i, l_i, acc)``."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp(s - m_new[:, None])
     alpha = tl.exp(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    if WRITE_OUT:
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v,
-                                            input_precision='ieee')
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v,
+                                        input_precision='ieee')
     return m_new, l_i, acc
