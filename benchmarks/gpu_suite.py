@@ -1163,7 +1163,10 @@ TUNING_GRID = {
     'triton_softmax_apply': [
         dict(BLOCK=64, NUM_WARPS=8), dict(BLOCK=64, NUM_WARPS=4),
         dict(BLOCK=32, NUM_WARPS=4), dict(BLOCK=32, NUM_WARPS=2)],
+    # The score convs: their own (8 warps since 0.5.13: the mixed
+    # query pass's transpose spills on 4 in bf16), the 4 they had.
     'triton_score_conv': [
+        dict(BLOCK_Q=16, BLOCK_K=64, NUM_WARPS=8),
         dict(BLOCK_Q=16, BLOCK_K=64, NUM_WARPS=4),
         dict(BLOCK_Q=8, BLOCK_K=64, NUM_WARPS=2),
         dict(BLOCK_Q=16, BLOCK_K=128, NUM_WARPS=4),

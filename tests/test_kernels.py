@@ -281,11 +281,16 @@ def test_mean_shift_attention_fp16_finite_where_eager_is():
     dict(heads=1, query_hw=(2, 5), key_hw=(3, 3), kernel=5),
     dict(heads=1, query_hw=(4, 5), key_hw=(7, 10)),  # 2 x 2 tiles
     dict(heads=2, query_hw=(3, 4), key_hw=(2, 2), dtypes=True),
+    # The 1x1 head mix folded into the query conv (dense over the heads):
+    # keys reduced, 3 heads; 2 x 2 tiles; low precision.
+    dict(heads=3, query_hw=(3, 5), key_hw=(2, 3), mix=True),
+    dict(heads=2, query_hw=(4, 5), key_hw=(7, 10), mix=True),
+    dict(heads=2, query_hw=(3, 4), key_hw=(2, 2), mix=True, dtypes=True),
 ])
 def test_score_conv(case):
-    """Less-Attention's two depthwise convolutions of every head's map
-    (tiles of 16 queries x 64 keys; the interpreter takes seconds a
-    tile, so the maps are small)."""
+    """Less-Attention's two depthwise convolutions of every head's map,
+    and with the head mix folded in (tiles of 16 queries x 64 keys; the
+    interpreter takes seconds a tile, so the maps are small)."""
     g = torch.Generator().manual_seed(0)
     h, kernel = case['heads'], case.get('kernel', 3)
     Nq = case['query_hw'][0] * case['query_hw'][1]
@@ -294,15 +299,27 @@ def test_score_conv(case):
               torch.randn(h, 1, kernel, kernel, generator=g),
               torch.randn(h, 1, kernel, kernel, generator=g)]
     constants = [list(case['query_hw']), list(case['key_hw'])]
-    errors = compare(score_conv_op, score_conv_eager, inputs, constants)
+    op, eager = score_conv_op, score_conv_eager
+    if case.get('mix'):  # the mix among the tensors compared
+        inputs.append(torch.randn(h, h, 1, 1, generator=g))
+        op, eager = with_head_mix(op), with_head_mix(eager)
+    errors = compare(op, eager, inputs, constants)
     assert max(errors.values()) <= 1e-5, errors
-    assert set(errors) == {'out', 0, 1, 2}
+    assert set(errors) == {'out', *range(len(inputs))}
     for dtype in (torch.bfloat16, torch.float16) if case.get('dtypes') \
             else ():
         low = [inputs[0].to(dtype), *inputs[1:]]
-        errors = compare(score_conv_op, score_conv_eager, low, constants,
-                         autocast=dtype)
+        errors = compare(op, eager, low, constants, autocast=dtype)
         assert max(errors.values()) <= TOLERANCE[dtype], (dtype, errors)
+
+
+def with_head_mix(function):
+    """``function`` of the score convs taking the head mix after the
+    kernels, among the tensors (``compare`` differentiates those)."""
+    def call(logits, key_weight, query_weight, head_mix, query_hw, key_hw):
+        return function(logits, key_weight, query_weight, query_hw, key_hw,
+                        head_mix)
+    return call
 
 
 @pytest.mark.parametrize('case', [
@@ -625,6 +642,11 @@ def test_ops_run_their_eager_composition_without_kernels(monkeypatch):
          [torch.randn(2, 2, 12, 6, generator=g),
           torch.randn(2, 1, 3, 3, generator=g),
           torch.randn(2, 1, 3, 3, generator=g)], [[3, 4], [2, 3]]),
+        (with_head_mix(score_conv_op), with_head_mix(score_conv_eager),
+         [torch.randn(2, 2, 12, 6, generator=g),
+          torch.randn(2, 1, 3, 3, generator=g),
+          torch.randn(2, 1, 3, 3, generator=g),
+          torch.randn(2, 2, 1, 1, generator=g)], [[3, 4], [2, 3]]),
         (softmax_apply_op, softmax_apply_eager,
          [torch.randn(4, 2, 49, 49, generator=g),
           torch.randn(4, 2, 49, 8, generator=g)], [mask]),
@@ -663,11 +685,14 @@ def test_ops_pass_torch_library_opcheck():
                           (*mean_shift_inputs(C=32), mask, 2, 0.25, True),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))
-    torch.library.opcheck(score_conv_op,
-                          (torch.randn(2, 2, 6, 4), torch.randn(2, 1, 3, 3),
-                           torch.randn(2, 1, 3, 3), [2, 3], [2, 2]),
-                          test_utils=('test_schema', 'test_faketensor',
-                                      'test_autograd_registration'))
+    for head_mix in ((), (torch.randn(2, 2, 1, 1), )):
+        torch.library.opcheck(score_conv_op,
+                              (torch.randn(2, 2, 6, 4),
+                               torch.randn(2, 1, 3, 3),
+                               torch.randn(2, 1, 3, 3), [2, 3], [2, 2],
+                               *head_mix),
+                              test_utils=('test_schema', 'test_faketensor',
+                                          'test_autograd_registration'))
     torch.library.opcheck(diagonality_loss_op, (torch.randn(2, 2, 7, 7), ),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))

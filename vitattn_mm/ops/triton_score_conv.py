@@ -21,15 +21,27 @@ GPU. Backward, with the taps mirrored (``T``)::
 ``X`` is recomputed (one pass) rather than kept; each weight gradient is
 summed by the transposed pass that reads its ``dY`` / ``dX`` tile, one
 fp32 atomic per tap and program.
+
+With the transform's 1x1 head mix ``M`` folded in, the query conv and the
+mix are one pass each way (:func:`mixed_conv_pass_kernel`), where the mix
+took another::
+
+    Y_o = sum_i M_oi Q_i,  Q_i = wq_i * X_i
+    dX_i = wq_i^T * dQ_i,  dQ_i = sum_o M_oi dY_o
+    dM_oi = sum dY_o Q_i   dwq_ia = sum dQ_i X_i(i+a)
+
+(``o``, ``i``: output and input heads): per program ``K * K + heads``
+weight-gradient sums, not ``K * K`` for every pair of heads.
 """
 import triton
 import triton.language as tl
 
 BLOCK_Q = 16
 BLOCK_K = 64
-#: Warps per program (Triton's default; the GPU suite's tuning section
-#: tries others).
-NUM_WARPS = 4
+#: Warps per program: on 4, the mixed query pass's transpose held more
+#: than 255 registers a thread in bf16 and spilled (the GPU suite's tuning
+#: section tries others).
+NUM_WARPS = 8
 
 
 @triton.jit
@@ -61,6 +73,35 @@ def _shifted(ptr, offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, dy,
 
 
 @triton.jit
+def _conv_tile(ptr, w_ptr, offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk,
+               Wk, K: tl.constexpr, OVER_KEYS: tl.constexpr,
+               MIRROR: tl.constexpr):
+    """A tile of one map's depthwise ``K x K`` conv (taps at ``w_ptr``),
+    mirrored with ``MIRROR`` (the transposed conv), in fp32."""
+    acc = tl.zeros([offs_q.shape[0], offs_k.shape[0]], tl.float32)
+    sign: tl.constexpr = -1 if MIRROR else 1
+    for t in tl.static_range(K * K):
+        dy, dx = t // K - K // 2, t % K - K // 2
+        acc += tl.load(w_ptr + t).to(tl.float32) * _shifted(
+            ptr, offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk, Wk,
+            sign * dy, sign * dx, OVER_KEYS)
+    return acc
+
+
+@triton.jit
+def _add_tap_grads(dw_ptr, g, ptr, offs_q, mask_q, offs_k, mask_k, Nk, Hq,
+                   Wq, Hk, Wk, K: tl.constexpr, OVER_KEYS: tl.constexpr):
+    """A tile's share of a conv's weight gradient, ``dw_t += sum g *
+    input(shifted by t)`` for the conv's output gradient ``g`` (unshifted)
+    and its input at ``ptr``: one fp32 atomic per tap."""
+    for t in tl.static_range(K * K):
+        dy, dx = t // K - K // 2, t % K - K // 2
+        tile = _shifted(ptr, offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk,
+                        Wk, dy, dx, OVER_KEYS)
+        tl.atomic_add(dw_ptr + t, tl.sum(tl.sum(g * tile, 1), 0))
+
+
+@triton.jit
 def conv_pass_kernel(src_ptr, dst_ptr, w_ptr, wsrc_ptr, dw_ptr, NH, Nq, Nk,
                      Hq, Wq, Hk, Wk, K: tl.constexpr,
                      OVER_KEYS: tl.constexpr, MIRROR: tl.constexpr,
@@ -79,21 +120,71 @@ def conv_pass_kernel(src_ptr, dst_ptr, w_ptr, wsrc_ptr, dw_ptr, NH, Nq, Nk,
     offs_k = tl.program_id(2) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask_q, mask_k = offs_q < Nq, offs_k < Nk
     base = bh.to(tl.int64) * Nq * Nk
-    acc = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
+    acc = _conv_tile(src_ptr + base, w_ptr + h * K * K, offs_q, mask_q,
+                     offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, K, OVER_KEYS,
+                     MIRROR)
     if WEIGHT_GRAD:
         g = _tile(src_ptr + base, offs_q, mask_q, offs_k, mask_k, Nk)
-    sign: tl.constexpr = -1 if MIRROR else 1
-    for t in tl.static_range(K * K):
-        dy, dx = t // K - K // 2, t % K - K // 2
-        w = tl.load(w_ptr + h * K * K + t).to(tl.float32)
-        acc += w * _shifted(src_ptr + base, offs_q, mask_q, offs_k, mask_k,
-                            Nk, Hq, Wq, Hk, Wk, sign * dy, sign * dx,
-                            OVER_KEYS)
-        if WEIGHT_GRAD:
+        _add_tap_grads(dw_ptr + h * K * K, g, wsrc_ptr + base, offs_q,
+                       mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, K,
+                       OVER_KEYS)
+    tl.store(dst_ptr + base + offs_q[:, None] * Nk + offs_k[None, :],
+             acc.to(dst_ptr.dtype.element_ty),
+             mask=mask_q[:, None] & mask_k[None, :])
+
+
+@triton.jit
+def mixed_conv_pass_kernel(src_ptr, dst_ptr, w_ptr, mix_ptr, wsrc_ptr,
+                           dw_ptr, dmix_ptr, NH, Nq, Nk, Hq, Wq, Hk, Wk,
+                           K: tl.constexpr, TRANSPOSED: tl.constexpr,
+                           BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The query conv with the head mix after it, of a tile of every
+    (image, head) map: ``dst_o = sum_i M_oi (w_i * src_i)``. Its transpose
+    (``TRANSPOSED``), of the gradient ``src`` of that conv's output, for
+    the input head ``i`` of this program: ``dst_i = w_i^T * (sum_o M_oi
+    src_o)``, and the tile's shares of ``dw_i`` and ``dM_oi`` (``wsrc``:
+    the forward conv's input)."""
+    bh = tl.program_id(0)
+    h = bh % NH
+    offs_q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    offs_k = tl.program_id(2) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask_q, mask_k = offs_q < Nq, offs_k < Nk
+    base = bh.to(tl.int64) * Nq * Nk
+    acc = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
+    dconv = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
+    for other in range(0, NH):
+        src_base = (bh - h + other).to(tl.int64) * Nq * Nk
+        if TRANSPOSED:  # other: an output head of the forward conv
+            m = tl.load(mix_ptr + other * NH + h).to(tl.float32)
+            acc += m * _conv_tile(src_ptr + src_base, w_ptr + h * K * K,
+                                  offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq,
+                                  Hk, Wk, K, False, True)
+            dconv += m * _tile(src_ptr + src_base, offs_q, mask_q, offs_k,
+                               mask_k, Nk)
+        else:  # other: an input head
+            m = tl.load(mix_ptr + h * NH + other).to(tl.float32)
+            acc += m * _conv_tile(src_ptr + src_base, w_ptr + other * K * K,
+                                  offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq,
+                                  Hk, Wk, K, False, False)
+    if TRANSPOSED:
+        # The weight gradients after the loop, which then holds two tiles
+        # (with them in it, the compiler spilled): this head's conv
+        # before the mix again, each tap's tile read once for it and for
+        # the tap's gradient, then the mix's gradient against each
+        # output head's.
+        conv = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
+        for t in tl.static_range(K * K):
+            dy, dx = t // K - K // 2, t % K - K // 2
             tile = _shifted(wsrc_ptr + base, offs_q, mask_q, offs_k, mask_k,
-                            Nk, Hq, Wq, Hk, Wk, dy, dx, OVER_KEYS)
+                            Nk, Hq, Wq, Hk, Wk, dy, dx, False)
+            conv += tl.load(w_ptr + h * K * K + t).to(tl.float32) * tile
             tl.atomic_add(dw_ptr + h * K * K + t,
-                          tl.sum(tl.sum(g * tile, 1), 0))
+                          tl.sum(tl.sum(dconv * tile, 1), 0))
+        for other in range(0, NH):
+            g = _tile(src_ptr + (bh - h + other).to(tl.int64) * Nq * Nk,
+                      offs_q, mask_q, offs_k, mask_k, Nk)
+            tl.atomic_add(dmix_ptr + other * NH + h,
+                          tl.sum(tl.sum(g * conv, 1), 0))
     tl.store(dst_ptr + base + offs_q[:, None] * Nk + offs_k[None, :],
              acc.to(dst_ptr.dtype.element_ty),
              mask=mask_q[:, None] & mask_k[None, :])

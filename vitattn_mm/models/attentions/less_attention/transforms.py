@@ -10,6 +10,7 @@ from mmengine.model import BaseModule
 
 from ....ops import (check_backend, score_conv_eager, score_conv_op,
                      uses_fused_op)
+from ....ops.score_conv import FOLDED_MIX_MAX_HEADS
 from ...layers.size_aware import token_pointwise_conv
 from ..base import Grid
 
@@ -35,7 +36,9 @@ class ConvAttentionTransform(BaseModule):
             Default: 3.
         attn_backend (str): 'auto', 'eager' or 'triton': the two depthwise
             convs per head eagerly, or as one fused op
-            (:func:`~vitattn_mm.ops.score_conv_op`). Default: 'auto'.
+            (:func:`~vitattn_mm.ops.score_conv_op`, the head mix folded
+            into its query conv up to ``FOLDED_MIX_MAX_HEADS`` heads).
+            Default: 'auto'.
         init_cfg (dict, optional): Initialisation config. Default: None.
     """
 
@@ -74,6 +77,8 @@ class ConvAttentionTransform(BaseModule):
         if not uses_fused_op(self.attn_backend, logits.device):
             return score_conv_eager(logits, *weights,
                                     head_mix=self.head_mix.weight)
+        if logits.shape[1] <= FOLDED_MIX_MAX_HEADS:  # as the eager convs
+            return score_conv_op(logits, *weights, self.head_mix.weight)
         # (B, heads, N_q, N_k) is NCHW with the heads as channels.
         return token_pointwise_conv(score_conv_op(logits, *weights),
                                     self.head_mix.weight)
