@@ -204,9 +204,9 @@ def test_launches_record_a_fused_ops_kernels_as_a_gpu_runs_them():
 
 def test_launches_count_every_fused_ops_kernels_in_a_step():
     """A fused step recorded with ``launches`` has no custom op left as
-    one kernel: every one is its launches (LaViT: softmax_apply,
-    score_conv, the pooled DP loss), and it issues more kernels than the
-    one-op-each-way count."""
+    one kernel: every one is its launches (LaViT: softmax_apply, alone
+    and with the pooled DP loss, score_conv, the square maps' DP loss),
+    and it issues more kernels than the one-op-each-way count."""
     def step(launches):  # a model of its own: no gradients to add to
         model = cm.build_on_meta(dict(type='LaViT', arch='small',
                                       attn_backend='triton'))
@@ -217,9 +217,10 @@ def test_launches_count_every_fused_ops_kernels_in_a_step():
     assert fused and all('/' in name for name in fused)
     assert {name.split('/')[0] for name in fused} >= {
         'vitattn::softmax_apply', 'vitattn::softmax_apply_backward',
+        'vitattn::softmax_apply_with_dp_loss',
+        'vitattn::softmax_apply_with_dp_loss_backward',
         'vitattn::score_conv', 'vitattn::score_conv_backward',
-        'vitattn::pooled_diagonality_loss',
-        'vitattn::pooled_diagonality_loss_backward'}
+        'vitattn::diagonality_loss', 'vitattn::diagonality_loss_backward'}
     assert len(ops) > len(step(launches=False))
 
 

@@ -27,8 +27,10 @@ from vitattn_mm.ops import (focused_linear_attention_eager,
                             relu_linear_attention_eager,
                             relu_linear_attention_op,
                             relu_linear_attention_with_sums, score_conv_eager,
-                            score_conv_op, softmax_apply_eager,
-                            softmax_apply_op, softmax_apply_with_lse)
+                            score_conv_op, softmax_apply_dp_eager,
+                            softmax_apply_dp_op, softmax_apply_eager,
+                            softmax_apply_op, softmax_apply_with_dp_loss,
+                            softmax_apply_with_lse)
 from vitattn_mm.models.layers import shifted_window_mask
 
 pytestmark = pytest.mark.skipif(
@@ -395,6 +397,68 @@ def test_mean_shift_attention_backward_reads_the_forwards_lse(monkeypatch):
         assert relative_rmse(a.grad, b.grad) <= 1e-5
 
 
+@pytest.mark.parametrize('case', [
+    dict(query_hw=(8, 6), key_hw=(4, 3), heads=2, d=16),  # bins of 2x2
+    # Uneven bins that overlap, 2 query blocks of 64, head width 24.
+    dict(query_hw=(9, 10), key_hw=(3, 4), heads=3, d=24),
+    # 40 keys: 2 key blocks of 32; 60 queries: rows past the last.
+    dict(query_hw=(6, 10), key_hw=(5, 8), heads=1, d=8),
+    dict(query_hw=(3, 4), key_hw=(3, 4), heads=2, d=16),  # bins of one
+])
+def test_softmax_apply_with_dp_loss(case):
+    """An LA layer's softmax applied to its values and the bounded DP loss
+    of that softmax pooled onto the key grid, as one op, against the two
+    eager compositions: the output, the loss, and the logits' one
+    gradient (from the output's and the loss's) and the values'; with
+    the loss's gradient alone and the output's alone too."""
+    g = torch.Generator().manual_seed(0)
+    (Hq, Wq), (Hk, Wk) = case['query_hw'], case['key_hw']
+    logits = torch.randn(2, case['heads'], Hq * Wq, Hk * Wk, generator=g) * 2
+    v = torch.randn(2, Hk * Wk, case['heads'], case['d'],
+                    generator=g).transpose(1, 2)  # strided, as layers do
+    grids = (case['query_hw'], case['key_hw'])
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        errors = compare_dp([logits.to(dtype), v.to(dtype)], grids,
+                            autocast=None if dtype == torch.float32 else
+                            dtype)
+        assert max(errors.values()) <= TOLERANCE[dtype], (dtype, errors)
+    for uses in (('loss', ), ('out', )):
+        errors = compare_dp([logits, v], grids, uses=uses)
+        assert max(errors.values()) <= 1e-5, (uses, errors)
+
+
+def compare_dp(inputs, grids, autocast=None, uses=('out', 'loss')):
+    """``softmax_apply_dp_op`` against ``softmax_apply_dp_eager`` (fp32),
+    as :func:`compare`: the relative errors of the output, the loss and
+    the gradients of ``uses`` (a random upstream for the output, 3 for
+    the loss) by the logits (0) and the values (1)."""
+    fused = [t.detach().clone().requires_grad_() for t in inputs]
+    reference = [t.detach().float().requires_grad_() for t in inputs]
+    with torch.autocast('cpu', dtype=autocast, enabled=autocast is not None):
+        out, loss = softmax_apply_dp_op(*fused, *grids)
+    ref_out, ref_loss = softmax_apply_dp_eager(*reference, *grids)
+    assert loss.dtype == torch.float32 and out.dtype == inputs[1].dtype
+    upstream = torch.randn(ref_out.shape,
+                           generator=torch.Generator().manual_seed(1))
+    upstream = upstream.to(out.dtype)
+
+    def objective(o, l):
+        return sum([(o.float() * upstream.float()).sum()] * ('out' in uses)
+                   + [3 * l] * ('loss' in uses))
+
+    objective(out, loss).backward()
+    objective(ref_out, ref_loss).backward()
+    errors = {'out': relative_rmse(out, ref_out),
+              'loss': relative_rmse(loss, ref_loss)}
+    for i, (a, b) in enumerate(zip(fused, reference)):
+        if 'out' in uses or i == 0:
+            assert torch.isfinite(a.grad).all(), i
+            errors[i] = relative_rmse(a.grad, b.grad)
+        else:  # the values have no share in the loss
+            assert a.grad is None or not a.grad.any()
+    return errors
+
+
 def test_softmax_apply_fp16_large_logits_stay_finite():
     """Logits of 1e3 (fp16 holds them; their exponentials it does not):
     finite wherever the eager softmax is."""
@@ -658,6 +722,10 @@ def test_ops_run_their_eager_composition_without_kernels(monkeypatch):
     for op, eager, inputs, constants in cases:
         errors = compare(op, eager, inputs, constants)
         assert max(errors.values()) <= 1e-6, (op, errors)
+    errors = compare_dp([torch.randn(2, 2, 24, 6, generator=g),
+                         torch.randn(2, 2, 6, 8, generator=g)],
+                        ((4, 6), (2, 3)))
+    assert max(errors.values()) <= 1e-6, errors
     # bf16 activations with fp32 weights, as under autocast (which does
     # not reach inside the op): the composition casts the conv weights.
     inputs, constants = focused_inputs(kv_tokens=6, dtype=torch.bfloat16)
@@ -699,6 +767,11 @@ def test_ops_pass_torch_library_opcheck():
     torch.library.opcheck(softmax_apply_with_lse,
                           (torch.randn(4, 2, 49, 49),
                            torch.randn(4, 2, 49, 8), mask),
+                          test_utils=('test_schema', 'test_faketensor',
+                                      'test_autograd_registration'))
+    torch.library.opcheck(softmax_apply_with_dp_loss,
+                          (torch.randn(2, 2, 24, 6),
+                           torch.randn(2, 2, 6, 8), [4, 6], [2, 3]),
                           test_utils=('test_schema', 'test_faketensor',
                                       'test_autograd_registration'))
     torch.library.opcheck(relu_linear_attention_with_sums,

@@ -53,12 +53,12 @@ def main():
         _apply_setting(parser, setting)
     from vitattn_tools.kernel_compile import (FAMILIES, PRECISIONS,
                                               compile_all, markdown)
-    known = [f[0] for f in FAMILIES]
+    known = sorted({f[0] for f in FAMILIES})
     unknown = [f for f in args.family if f not in known]
     if unknown:
         sys.exit(f'unknown family {unknown}; valid: {known}')
-    families = [(name, arch, tuple(args.size) if args.size else hw)
-                for name, arch, hw in FAMILIES
+    families = [(name, arch, tuple(args.size) if args.size else hw, kwargs)
+                for name, arch, hw, kwargs in FAMILIES
                 if not args.family or name in args.family]
     precisions = {k: v for k, v in PRECISIONS.items()
                   if not args.precision or k in args.precision}

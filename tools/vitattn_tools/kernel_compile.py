@@ -30,18 +30,23 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 
 # A backbone per family with fused ops, at its paper arch (the heads, head
-# widths and window sizes a user trains), and a small input it accepts.
-FAMILIES: List[Tuple[str, str, Tuple[int, int]]] = [
-    ('FLattenSwinTransformer', 'tiny', (64, 64)),
-    ('FLattenPVT', 'tiny', (64, 64)),
-    ('FLattenPVTv2', 'b0', (64, 64)),
-    ('FLattenCSwinTransformer', 'tiny', (64, 64)),
-    ('FLattenDeiT', 'tiny', (64, 64)),
-    ('L2ViT', 'tiny', (64, 64)),
-    ('MSFSwinTransformer', 'tiny', (64, 64)),
-    ('MSFViT', 'small', (64, 64)),
-    ('LaViT', 'small', (64, 64)),
-    ('LessAttnSwinTransformer', 'tiny', (64, 64)),
+# widths and window sizes a user trains), a small input it accepts, and
+# other arguments where a family launches other kernels with them.
+FAMILIES: List[Tuple[str, str, Tuple[int, int], dict]] = [
+    ('FLattenSwinTransformer', 'tiny', (64, 64), {}),
+    ('FLattenPVT', 'tiny', (64, 64), {}),
+    ('FLattenPVTv2', 'b0', (64, 64), {}),
+    ('FLattenCSwinTransformer', 'tiny', (64, 64), {}),
+    ('FLattenDeiT', 'tiny', (64, 64), {}),
+    ('L2ViT', 'tiny', (64, 64), {}),
+    ('MSFSwinTransformer', 'tiny', (64, 64), {}),
+    ('MSFViT', 'small', (64, 64), {}),
+    ('LaViT', 'small', (64, 64), {}),
+    # With attention dropout LaViT's softmax runs eagerly and its DP loss
+    # is the pooled op's own, forward and backward (without, the fused
+    # softmax computes the loss).
+    ('LaViT', 'small', (64, 64), dict(attn_drop_rate=0.1)),
+    ('LessAttnSwinTransformer', 'tiny', (64, 64), {}),
 ]
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 _DTYPES = {torch.float32: 'fp32', torch.bfloat16: 'bf16',
@@ -231,11 +236,14 @@ class KernelCompiler:
 
 
 def training_step(name: str, arch: str, hw: Tuple[int, int],
-                  dtype: Optional[torch.dtype]) -> None:
-    """One forward and backward of backbone ``name`` (attn_backend='triton')
-    on the CPU, under autocast to ``dtype`` (None: fp32)."""
+                  dtype: Optional[torch.dtype],
+                  kwargs: Optional[dict] = None) -> None:
+    """One forward and backward of backbone ``name`` (attn_backend='triton',
+    and ``kwargs``) on the CPU, under autocast to ``dtype`` (None:
+    fp32)."""
     import vitattn_mm.models.backbones as backbones
-    model = getattr(backbones, name)(arch=arch, attn_backend='triton').train()
+    model = getattr(backbones, name)(arch=arch, attn_backend='triton',
+                                     **(kwargs or {})).train()
     image = torch.randn(2, 3, *hw)
     with torch.autocast('cpu', dtype=dtype or torch.bfloat16,
                         enabled=dtype is not None):
@@ -254,10 +262,14 @@ def compile_all(families=FAMILIES, precisions=PRECISIONS,
     ``sm_{capability}``; the list of distinct specializations."""
     compiler = KernelCompiler(capability)
     with compiler.capturing():
-        for name, arch, hw in families:
+        for name, arch, hw, kwargs in families:
+            # The family's other arguments in its label: LaViT(attn_drop_
+            # rate=0.1) bf16.
+            given = ', '.join(f'{k}={v}' for k, v in kwargs.items())
             for label, dtype in precisions.items():
-                compiler.current = f'{name} {label}'
-                training_step(name, arch, hw, dtype)
+                compiler.current = f'{name}({given}) {label}' if given \
+                    else f'{name} {label}'
+                training_step(name, arch, hw, dtype, kwargs)
                 progress(compiler.current)
     return list(compiler.results.values())
 

@@ -8,7 +8,8 @@ from .diagonality_loss import (MAX_SIDE, diagonality_loss_eager,
                                pool_queries, pool_queries_in_passing,
                                pooled_diagonality_loss_eager,
                                pooled_probabilities,
-                               pooled_diagonality_loss_op, pooled_op_takes)
+                               pooled_diagonality_loss_op, pooled_op_serves,
+                               pooled_op_takes)
 from .focusing import focused_features
 from .linear_attention import (focused_linear_attention_eager,
                                focused_linear_attention_op,
@@ -22,8 +23,10 @@ from .mean_shift_attention import (key_norm_logits,
                                    mean_shift_attention_with_lse,
                                    split_parts)
 from .score_conv import score_conv_eager, score_conv_op
-from .softmax_apply import (apply_probabilities, softmax_apply_eager,
-                            softmax_apply_op, softmax_apply_with_lse)
+from .softmax_apply import (apply_probabilities, softmax_apply_dp_eager,
+                            softmax_apply_dp_op, softmax_apply_eager,
+                            softmax_apply_op, softmax_apply_with_dp_loss,
+                            softmax_apply_with_lse)
 
 __all__ = [
     'BACKENDS', 'check_backend', 'eager_attention', 'kernels_run_on',
@@ -36,9 +39,11 @@ __all__ = [
     'key_norm_logits', 'split_parts',
     'score_conv_eager', 'score_conv_op', 'apply_probabilities',
     'softmax_apply_eager', 'softmax_apply_op', 'softmax_apply_with_lse',
+    'softmax_apply_dp_eager', 'softmax_apply_dp_op',
+    'softmax_apply_with_dp_loss',
     'MAX_SIDE',
     'diagonality_loss_eager', 'diagonality_loss_op', 'diagonality_terms',
     'pool_queries', 'pool_queries_in_passing',
     'pooled_diagonality_loss_eager', 'pooled_probabilities',
-    'pooled_diagonality_loss_op', 'pooled_op_takes'
+    'pooled_diagonality_loss_op', 'pooled_op_serves', 'pooled_op_takes'
 ]

@@ -341,6 +341,16 @@ def pooled_op_takes(query_hw: Sequence[int], key_hw: Sequence[int]) -> bool:
             and key_hw[0] * key_hw[1] <= MAX_POOLED_KEYS)
 
 
+def pooled_op_serves(query_hw: Sequence[int],
+                     key_hw: Sequence[int]) -> bool:
+    """Whether the fused loss of maps on these grids is the pooled op's
+    (:func:`pooled_diagonality_loss_op`): grids it takes, and no square
+    map small enough for the square maps' op (:data:`MAX_SIDE`)."""
+    square = tuple(query_hw) == tuple(key_hw) and \
+        key_hw[0] * key_hw[1] <= MAX_SIDE
+    return not square and pooled_op_takes(query_hw, key_hw)
+
+
 def _pooled_map(tk, logits, query_hw, key_hw):
     Nk = key_hw[0] * key_hw[1]
     maps = logits.numel() // (query_hw[0] * query_hw[1] * Nk)
@@ -350,6 +360,31 @@ def _pooled_map(tk, logits, query_hw, key_hw):
     tk.pooled_map_kernel[(maps, Nk)](logits, pooled, *query_hw, *key_hw,
                                      BLOCK_K=block)
     return pooled, maps, Nk, block
+
+
+def pooled_loss_kernels(logits: torch.Tensor, query_hw: Sequence[int],
+                        key_hw: Sequence[int], grad: torch.Tensor,
+                        with_loss: bool = False):
+    """The pooled map's gradient ``dM`` for the loss's gradient ``grad``
+    (one element), by the kernels (the map computed from the contiguous
+    logits), and with ``with_loss`` the loss first: ``(loss or None,
+    dM)``, ``dM`` ``(maps, N_k, N_k)`` fp32."""
+    tk = _kernels()
+    pooled, maps, Nk, block = _pooled_map(tk, logits, query_hw, key_hw)
+    loss = None
+    if with_loss:
+        partial = torch.empty(maps, Nk, 2, device=logits.device,
+                              dtype=torch.float32)
+        tk.pooled_terms_kernel[(maps, Nk)](pooled, partial, pooled, partial,
+                                           Nk, 0., WRITE_GRAD=False,
+                                           BLOCK_K=block)
+        loss = partial.sum() / (maps * Nk)
+    dpooled = torch.empty_like(pooled)
+    tk.pooled_terms_kernel[(maps, Nk)](pooled, pooled, dpooled,
+                                       grad.reshape(1), Nk,
+                                       1. / (maps * Nk), WRITE_GRAD=True,
+                                       BLOCK_K=block)
+    return loss, dpooled
 
 
 @torch.library.custom_op('vitattn::pooled_diagonality_loss',
@@ -386,17 +421,13 @@ def pooled_diagonality_loss_backward_op(grad: torch.Tensor,
     if not kernels_run_on(logits.device):
         return eager_grads(pooled_diagonality_loss_eager, grad, (logits, ),
                            (query_hw, key_hw))[0]
-    tk = _kernels()
     logits = logits.contiguous()
-    pooled, maps, Nk, block = _pooled_map(tk, logits, query_hw, key_hw)
-    dpooled = torch.empty_like(pooled)
-    tk.pooled_terms_kernel[(maps, Nk)](pooled, pooled, dpooled,
-                                       grad.reshape(1), Nk,
-                                       1. / (maps * Nk), WRITE_GRAD=True,
-                                       BLOCK_K=block)
+    _, dpooled = pooled_loss_kernels(logits, query_hw, key_hw, grad)
     dlogits = torch.empty_like(logits)
-    tk.pooled_backward_kernel[(maps, query_hw[0] * query_hw[1])](
-        logits, dpooled, dlogits, *query_hw, *key_hw, BLOCK_K=block)
+    _kernels().pooled_backward_kernel[(dpooled.shape[0],
+                                       query_hw[0] * query_hw[1])](
+        logits, dpooled, dlogits, *query_hw, *key_hw,
+        BLOCK_K=block_d(key_hw[0] * key_hw[1]))
     return dlogits
 
 

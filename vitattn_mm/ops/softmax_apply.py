@@ -7,8 +7,14 @@ fp32 under autocast) and its backward reads it again; the op never stores
 it (flash attention's passes, :mod:`.triton_softmax_apply`). As
 :mod:`.linear_attention`: the eager composition is the reference and the
 CPU path, the shape function serves ``torch.compile`` and the cost model.
+
+An LA layer's map also gives the Diagonality-Preserving loss of its
+softmax, pooled onto the key grid: ``vitattn::softmax_apply_with_dp_loss``
+returns both, and its backward writes the logits' one gradient in the
+softmax's pass (the loss's own backward was a pass over the logits and an
+addition of the two gradients, each three passes of the map).
 """
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +22,8 @@ from torch.utils.flop_counter import register_flop_formula
 
 from .backend import interpreting, kernels_run_on
 from .common import block_d, eager_grads, save_with_aux, saved_inputs
+from .diagonality_loss import (pooled_diagonality_loss_eager,
+                               pooled_loss_kernels)
 
 
 def softmax_apply_eager(logits: torch.Tensor,
@@ -54,18 +62,24 @@ def _kernels():
     return triton_softmax_apply
 
 
-def _launch_forward(logits, v, mask):
+def _launch_forward(logits, v, mask, dp=None):
+    """The forward kernel: output and log-sum-exp, and given ``dp`` (the
+    pooled map's gradient and the grids) the rows' ``E`` too."""
     tk = _kernels()
     B, h, Nq, Nk = logits.shape
     D = v.shape[-1]
     out = v.new_empty(B, h, Nq, D)
     lse = torch.empty(B * h, Nq, device=v.device, dtype=torch.float32)
+    dmap, grids = (lse, [1] * 4) if dp is None else (dp[0], dp[1] + dp[2])
+    rows = torch.empty_like(lse) if dp is not None else lse
     tk.forward_kernel[(-(-Nq // tk.BLOCK), B * h)](
         logits, logits if mask is None else mask, v, *v.stride()[:3], out,
-        lse, h, Nq, Nk, 1 if mask is None else mask.shape[0], D,
-        HAS_MASK=mask is not None, UPCAST=_upcast(v), BLOCK_M=tk.BLOCK,
-        BLOCK_N=tk.BLOCK, BLOCK_D=block_d(D), num_warps=tk.NUM_WARPS)
-    return out, lse
+        lse, dmap, rows, h, Nq, Nk, 1 if mask is None else mask.shape[0], D,
+        *grids, HAS_MASK=mask is not None, DP=dp is not None,
+        UPCAST=_upcast(v), BLOCK_M=tk.BLOCK,
+        BLOCK_N=tk.BLOCK if dp is None else tk.DP_BLOCK_N,
+        BLOCK_D=block_d(D), num_warps=tk.NUM_WARPS)
+    return out, lse, rows
 
 
 def _upcast(v: torch.Tensor) -> bool:
@@ -92,7 +106,7 @@ def softmax_apply_with_lse(logits: torch.Tensor, v: torch.Tensor,
         masked = add_logit_bias(logits.float(), None, mask)
         return [softmax_apply_eager(logits, v, mask),
                 masked.logsumexp(-1).flatten(0, 1)]
-    return list(_launch_forward(*_inputs(logits, v, mask)))
+    return list(_launch_forward(*_inputs(logits, v, mask))[:2])
 
 
 @softmax_apply_with_lse.register_fake
@@ -118,8 +132,14 @@ def softmax_apply_backward_op(grad: torch.Tensor, logits: torch.Tensor,
     given the forward's output and log-sum-exp."""
     if not kernels_run_on(logits.device):
         return eager_grads(softmax_apply_eager, grad, (logits, v), (mask, ))
+    return _launch_backward(grad, *_inputs(logits, v, mask), out, lse)
+
+
+def _launch_backward(grad, logits, v, mask, out, lse, dp=None):
+    """The backward kernels: the logits' and the values' gradients; given
+    ``dp`` (the pooled map's gradient, the forward's ``E``, the loss's
+    gradient and the grids) the DP loss's share of the logits' too."""
     tk = _kernels()
-    logits, v, mask = _inputs(logits, v, mask)
     grad = grad.contiguous()
     B, h, Nq, Nk = logits.shape
     D = v.shape[-1]
@@ -130,9 +150,13 @@ def softmax_apply_backward_op(grad: torch.Tensor, logits: torch.Tensor,
                  num_warps=tk.NUM_WARPS)
     sizes = (h, Nq, Nk, 1 if mask is None else mask.shape[0], D)
     masks = logits if mask is None else mask
+    extra, grids = (lse, lse, lse), [1] * 4
+    if dp is not None:
+        extra, grids = dp[:3], dp[3] + dp[4]
     tk.logits_backward_kernel[(-(-Nq // tk.BLOCK), B * h)](
         logits, masks, v, *v.stride()[:3], grad, out.contiguous(), lse,
-        dlogits, *sizes, **flags)
+        dlogits, *extra, *sizes, *grids, DP=dp is not None,
+        **dict(flags, BLOCK_N=tk.BLOCK if dp is None else tk.DP_BLOCK_N))
     tk.values_backward_kernel[(-(-Nk // tk.BLOCK), B * h)](
         logits, masks, grad, lse, dv, *dv.stride()[:3], *sizes, **flags)
     return [dlogits, dv]
@@ -168,4 +192,124 @@ def _flops(logits, v, *args, out_shape=None, **kwargs) -> int:
 
 @register_flop_formula(torch.ops.vitattn.softmax_apply_backward)
 def _backward_flops(grad, logits, v, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _flops(logits, v)
+
+
+# ------------------------------------- with the DP loss of the same softmax
+
+
+def softmax_apply_dp_eager(logits: torch.Tensor, v: torch.Tensor,
+                           query_hw: Sequence[int], key_hw: Sequence[int]
+                           ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``softmax(logits) v`` and the bounded Diagonality-Preserving loss of
+    that softmax with its queries pooled onto the key grid
+    (:func:`~vitattn_mm.ops.pooled_diagonality_loss_eager`), eagerly."""
+    return (softmax_apply_eager(logits, v, None),
+            pooled_diagonality_loss_eager(logits, query_hw, key_hw))
+
+
+@torch.library.custom_op('vitattn::softmax_apply_with_dp_loss',
+                         mutates_args=())
+def softmax_apply_with_dp_loss(logits: torch.Tensor, v: torch.Tensor,
+                               query_hw: List[int], key_hw: List[int]
+                               ) -> List[torch.Tensor]:
+    """:func:`softmax_apply_dp_eager` as one op (grids that
+    :func:`~vitattn_mm.ops.diagonality_loss.pooled_op_takes`): the output,
+    the loss (fp32), and what the backward reads (not differentiable):
+    the rows' log-sum-exp and ``E`` for a unit loss gradient, ``(B *
+    heads, N_q)`` fp32 each (zero on the CPU, whose backward
+    differentiates the composition)."""
+    if not kernels_run_on(logits.device):
+        rows = logits.new_zeros(logits.shape[0] * logits.shape[1],
+                                logits.shape[2], dtype=torch.float32)
+        return [*softmax_apply_dp_eager(logits, v, query_hw, key_hw), rows,
+                rows.clone()]
+    logits, v, _ = _inputs(logits, v, None)
+    loss, dmap = pooled_loss_kernels(
+        logits, query_hw, key_hw, torch.ones(1, device=logits.device),
+        with_loss=True)
+    out, lse, e = _launch_forward(logits, v, None, (dmap, query_hw, key_hw))
+    return [out, loss, lse, e]
+
+
+@softmax_apply_with_dp_loss.register_fake
+def _(logits, v, query_hw, key_hw):
+    B, h, Nq = logits.shape[:3]
+    rows = logits.new_empty(B * h, Nq, dtype=torch.float32)
+    return [v.new_empty(B, h, Nq, v.shape[-1]),
+            logits.new_empty((), dtype=torch.float32), rows,
+            torch.empty_like(rows)]
+
+
+def softmax_apply_dp_op(logits: torch.Tensor, v: torch.Tensor,
+                        query_hw: Sequence[int], key_hw: Sequence[int]
+                        ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`softmax_apply_dp_eager` as one op
+    (``vitattn::softmax_apply_with_dp_loss``): the output and the loss."""
+    out, loss, *_ = softmax_apply_with_dp_loss(logits, v, list(query_hw),
+                                               list(key_hw))
+    return out, loss
+
+
+@torch.library.custom_op('vitattn::softmax_apply_with_dp_loss_backward',
+                         mutates_args=())
+def softmax_apply_with_dp_loss_backward_op(
+        grad: torch.Tensor, loss_grad: torch.Tensor, logits: torch.Tensor,
+        v: torch.Tensor, query_hw: List[int], key_hw: List[int],
+        out: torch.Tensor, lse: torch.Tensor,
+        e: torch.Tensor) -> List[torch.Tensor]:
+    """Gradients of the logits (the output's and the loss's in one) and of
+    ``v``, given the forward's output, log-sum-exp and ``E``."""
+    if not kernels_run_on(logits.device):
+        return eager_grads(softmax_apply_dp_eager, (grad, loss_grad),
+                           (logits, v), (query_hw, key_hw))
+    logits, v, _ = _inputs(logits, v, None)
+    _, dmap = pooled_loss_kernels(logits, query_hw, key_hw, loss_grad)
+    return _launch_backward(grad, logits, v, None, out, lse,
+                            (dmap, e, loss_grad.reshape(1), query_hw,
+                             key_hw))
+
+
+@softmax_apply_with_dp_loss_backward_op.register_fake
+def _(grad, loss_grad, logits, v, query_hw, key_hw, out, lse, e):
+    return [torch.empty_like(logits), torch.empty_like(v)]
+
+
+def _dp_setup(ctx, inputs, output):
+    logits, v, query_hw, key_hw = inputs
+    out, _, lse, e = output
+    ctx.save_for_backward(logits, v, out, lse, e)
+    ctx.grids = (query_hw, key_hw)
+    ctx.mark_non_differentiable(lse, e)
+    ctx.set_materialize_grads(False)
+
+
+def _dp_backward(ctx, grads):
+    grad, loss_grad = grads[:2]
+    logits, v, out, lse, e = ctx.saved_tensors
+    if loss_grad is None:  # the loss unused: the softmax's backward alone
+        if grad is None:
+            return None, None, None, None
+        return (*softmax_apply_backward_op(grad, logits, v, None, out, lse),
+                None, None)
+    if grad is None:
+        grad = torch.zeros_like(out)
+    return (*softmax_apply_with_dp_loss_backward_op(
+        grad, loss_grad, logits, v, *ctx.grids, out, lse, e), None, None)
+
+
+softmax_apply_with_dp_loss.register_autograd(_dp_backward,
+                                             setup_context=_dp_setup)
+
+
+@register_flop_formula(torch.ops.vitattn.softmax_apply_with_dp_loss)
+def _dp_flops(logits, v, *args, out_shape=None, **kwargs) -> int:
+    """The product with ``v``: the loss's passes are memory-bound."""
+    return _flops(logits, v)
+
+
+@register_flop_formula(
+    torch.ops.vitattn.softmax_apply_with_dp_loss_backward)
+def _dp_backward_flops(grad, loss_grad, logits, v, *args, out_shape=None,
+                       **kwargs) -> int:
     return 2 * _flops(logits, v)

@@ -188,6 +188,49 @@ def pooled_terms_kernel(map_ptr, out_ptr, dmap_ptr, grad_ptr, Nk, scale,
 
 
 @triton.jit
+def _bins_holding(y, size_in, size_out):
+    """The adaptive-pooling bins (of ``size_out`` over ``size_in``) that
+    hold index ``y``: its own, ``(y * size_out) // size_in``, and where
+    bins overlap the neighbour that holds it too (with ``size_out <=
+    size_in`` a neighbour, never both: each index lies in at most two
+    bins). Returns ``(own, other, other holds y)``."""
+    own = (y * size_out) // size_in
+    before = (own >= 1) & (((own * size_in) + size_out - 1) // size_out > y)
+    after = (own + 1 < size_out) & (((own + 1) * size_in) // size_out <= y)
+    return own, tl.where(before, own - 1, own + 1), before | after
+
+
+@triton.jit
+def pooled_gradient_tile(dmap_ptr, m, q, q_ok, cols, col_ok, Hq, Wq, Hk,
+                         Wk):
+    """The gradient of the softmax rows of queries ``q`` (a vector) at
+    keys ``cols`` that the pooled map's gradient ``dM`` (map ``m``'s
+    rows at ``dmap_ptr``) gives: the ``dM`` rows of the bins holding each
+    query, each over its bin's size (fp32, ``[len(q), len(cols)]``)."""
+    Nk = Hk * Wk
+    y_own, y_other, y_two = _bins_holding(q // Wq, Hq, Hk)
+    x_own, x_other, x_two = _bins_holding(q % Wq, Wq, Wk)
+    g = tl.zeros([q.shape[0], cols.shape[0]], tl.float32)
+    for second_y in tl.static_range(2):
+        oy = y_other if second_y else y_own
+        y0, y1 = _bin(oy, Hq, Hk)
+        for second_x in tl.static_range(2):
+            ox = x_other if second_x else x_own
+            x0, x1 = _bin(ox, Wq, Wk)
+            inside = q_ok
+            if second_y:
+                inside = inside & y_two
+            if second_x:
+                inside = inside & x_two
+            cell = tl.where(inside, oy * Wk + ox, 0)
+            d = tl.load(dmap_ptr + (m * Nk + cell[:, None]) * Nk +
+                        cols[None, :], mask=inside[:, None] & col_ok[None, :],
+                        other=0.)
+            g += d / tl.where(inside, (y1 - y0) * (x1 - x0), 1)[:, None]
+    return g
+
+
+@triton.jit
 def pooled_backward_kernel(l_ptr, dmap_ptr, dl_ptr, Hq, Wq, Hk, Wk,
                            BLOCK_K: tl.constexpr):
     """Query ``q``'s logits gradient: the ``dM`` rows of the bins holding
@@ -196,22 +239,9 @@ def pooled_backward_kernel(l_ptr, dmap_ptr, dl_ptr, Hq, Wq, Hk, Wk,
     Nk = Hk * Wk
     cols = tl.arange(0, BLOCK_K)
     valid = cols < Nk
-    y, x = q // Wq, q % Wq
-    g = tl.zeros([BLOCK_K], tl.float32)
-    # With no more key cells than queries per side, a query lies in the
-    # bin of (y * Hk) // Hq and perhaps in one of its neighbours.
-    for dy in tl.static_range(3):
-        oy = (y * Hk) // Hq + dy - 1
-        y0, y1 = _bin(oy, Hq, Hk)
-        in_y = (oy >= 0) & (oy < Hk) & (y0 <= y) & (y < y1)
-        for dx in tl.static_range(3):
-            ox = (x * Wk) // Wq + dx - 1
-            x0, x1 = _bin(ox, Wq, Wk)
-            inside = in_y & (ox >= 0) & (ox < Wk) & (x0 <= x) & (x < x1)
-            cell = tl.where(inside, oy * Wk + ox, 0)
-            d = tl.load(dmap_ptr + (m * Nk + cell) * Nk + cols,
-                        mask=valid & inside, other=0.)
-            g += d / tl.where(inside, (y1 - y0) * (x1 - x0), 1)
+    rows = q + tl.zeros([1], tl.int32)  # the one query, as a vector
+    g = tl.sum(pooled_gradient_tile(dmap_ptr, m, rows, rows >= 0, cols,
+                                    valid, Hq, Wq, Hk, Wk), 0)
     base = m * Hq * Wq * Nk
     P = _row_softmax(l_ptr + base, q, Nk, cols, valid)
     dlogits = P * (g - tl.sum(g * P, 0))

@@ -38,10 +38,20 @@ def online_softmax_step(m_i, l_i, acc, s, v):
     and sums ``l_i`` updated with the block's fp32 logits ``s``, and the
     output accumulator ``acc`` rescaled and given ``p v``. Returns
     ``(m_i, l_i, acc)``."""
+    m_i, l_i, acc, _, _ = online_softmax_weights(m_i, l_i, acc, s, v)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def online_softmax_weights(m_i, l_i, acc, s, v):
+    """:func:`online_softmax_step`, and the block's weights ``p`` (against
+    the new maxima) and the old sums' rescaling ``alpha``, for a caller
+    that sums something more over the keys: ``(m_i, l_i, acc, p,
+    alpha)``."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp(s - m_new[:, None])
     alpha = tl.exp(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v,
                                         input_precision='ieee')
-    return m_new, l_i, acc
+    return m_new, l_i, acc, p, alpha

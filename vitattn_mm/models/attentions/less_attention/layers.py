@@ -18,8 +18,8 @@ import torch
 import torch.nn as nn
 
 from ....ops import (apply_probabilities, check_backend,
-                     pool_queries_in_passing, softmax_apply_op,
-                     uses_fused_op)
+                     pool_queries_in_passing, pooled_op_serves,
+                     softmax_apply_dp_op, softmax_apply_op, uses_fused_op)
 from ....registry import ATTENTIONS
 from ...layers.padding import grid_after_stride
 from ...layers.common import to_2tuple_int
@@ -56,6 +56,25 @@ def apply_softmax(logits: torch.Tensor, v: torch.Tensor,
     if pool_grids is not None:
         probs, kept = pool_queries_in_passing(probs, *pool_grids)
     return apply_probabilities(probs, v, dropout_p), kept
+
+
+def apply_softmax_with_dp_loss(logits: torch.Tensor, v: torch.Tensor,
+                               mask: Optional[torch.Tensor],
+                               dropout_p: float, backend: str,
+                               query_hw: Grid, key_hw: Grid
+                               ) -> Optional[Tuple[torch.Tensor,
+                                                   torch.Tensor]]:
+    """``softmax(logits) v`` and the bounded Diagonality-Preserving loss of
+    that softmax in one fused op (:func:`~vitattn_mm.ops.
+    softmax_apply_dp_op`, whose backward gives the logits one gradient in
+    one pass) where ``backend`` chooses it and the op takes the map: no
+    mask (the loss reads the map without one), no dropout, grids whose
+    fused loss is the pooled one (LaViT's); else None."""
+    if mask is not None or dropout_p or \
+            not pooled_op_serves(query_hw, key_hw) or \
+            not uses_fused_op(backend, logits.device, v.dtype):
+        return None
+    return softmax_apply_dp_op(logits, v, query_hw, key_hw)
 
 
 @ATTENTIONS.register_module()
@@ -290,14 +309,22 @@ class LessAttention(SpatialReduction):
         logits = self.transform(state.scores(), tuple(hw_shape), v_hw)
         collect = self.dp_loss_weight > 0 and self.training and \
             torch.is_grad_enabled()
-        # The bounded loss reads the map with its queries pooled onto the
-        # key grid: pooled here, beside the product with the values.
-        pool = collect and mask is None and \
-            self.dp_loss_form == 'bounded' and tuple(hw_shape) != v_hw
-        out, probs = apply_softmax(logits, v, mask,
-                                   self.attn_drop if self.training else 0.,
-                                   self.attn_backend,
-                                   (tuple(hw_shape), v_hw) if pool else None)
+        dropout = self.attn_drop if self.training else 0.
+        bounded = collect and self.dp_loss_form == 'bounded'
+        fused = apply_softmax_with_dp_loss(
+            logits, v, mask, dropout, self.attn_backend, tuple(hw_shape),
+            v_hw) if bounded else None
+        if fused is not None:
+            (out, loss), probs = fused, None
+        else:
+            # The bounded loss reads the map with its queries pooled onto
+            # the key grid: pooled here, beside the product with the
+            # values.
+            pool = bounded and mask is None and tuple(hw_shape) != v_hw
+            out, probs = apply_softmax(
+                logits, v, mask, dropout, self.attn_backend,
+                (tuple(hw_shape), v_hw) if pool else None)
+            loss = None
         maps = state.maps
         if collect:
             # The loss reads the map without the shift mask: a masked
@@ -305,7 +332,7 @@ class LessAttention(SpatialReduction):
             maps = maps + (DiagonalityMap(
                 logits, tuple(hw_shape), v_hw, self.dp_loss_weight,
                 self.dp_loss_form, self.attn_backend,
-                probs if mask is None else None), )
+                probs if mask is None else None, loss), )
         return self.output(out), state.replace(
             logits=logits, factors=None, query_hw=tuple(hw_shape),
             key_hw=v_hw, windows=1, maps=maps)

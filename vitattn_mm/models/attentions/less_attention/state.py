@@ -12,10 +12,11 @@ class DiagonalityMap(NamedTuple):
     """An LA layer's map for the Diagonality-Preserving loss: its logits
     and grids, the loss's ``weight`` and ``form`` (a key of
     :data:`DP_LOSS_FORMS`), the layer's ``attn_backend`` (which may
-    compute the loss with a fused op) and the probabilities its eager
+    compute the loss with a fused op), the probabilities its eager
     softmax wrote, with the queries pooled onto the key grid where the
     loss pools them (None where none was, or where it read the shift mask
-    that the loss leaves out)."""
+    that the loss leaves out), and the map's loss where the layer's fused
+    softmax computed it already (unweighted; None otherwise)."""
     logits: torch.Tensor
     query_hw: Grid
     key_hw: Grid
@@ -23,6 +24,7 @@ class DiagonalityMap(NamedTuple):
     form: str
     attn_backend: str
     probs: Optional[torch.Tensor] = None
+    loss: Optional[torch.Tensor] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +105,21 @@ class LessAttentionState(AttentionState):
         total = sum(m.weight * DP_LOSS_FORMS[m.form](
             m.logits, m.query_hw, m.key_hw, attn_backend=m.attn_backend,
             probs=m.probs) for m in maps if m.form != 'bounded')
-        bounded = [(m.logits, m.query_hw, m.key_hw, m.weight,
-                    m.attn_backend, m.probs) for m in maps
-                   if m.form == 'bounded']
-        if bounded:
-            total = total + mean_diagonality_preserving_loss(bounded)
+        # A mean over the maps: those whose loss the layer computed (its
+        # fused softmax), and the rest in one call.
+        rest = [(m.logits, m.query_hw, m.key_hw, m.weight, m.attn_backend,
+                 m.probs) for m in maps
+                if m.form == 'bounded' and m.loss is None]
+        computed = [m.weight * m.loss for m in maps
+                    if m.form == 'bounded' and m.loss is not None]
+        count = len(rest) + len(computed)
+        if computed:
+            if rest:
+                computed.append(
+                    mean_diagonality_preserving_loss(rest) * len(rest))
+            total = total + sum(computed) / count
+        elif rest:
+            total = total + mean_diagonality_preserving_loss(rest)
         return {'loss_dp': total}
 
 
