@@ -202,6 +202,45 @@ def test_launches_record_a_fused_ops_kernels_as_a_gpu_runs_them():
         'vitattn::softmax_apply', 'vitattn::softmax_apply_backward']
 
 
+def test_la_maps_gradients_are_added_in_the_softmax_pass():
+    """An LA layer's map with two uses, its fused softmax (with the DP
+    loss) and the next layer's transform, as launched on a GPU: the
+    transform's gradient of the map is added by the softmax's logits
+    kernel, which reads it (one map more than without the second use),
+    and no aten op adds two maps (three passes)."""
+    from vitattn_mm.ops import score_conv_op, softmax_apply_passing_on
+    B, h, query_hw, key_hw, d = 2, 2, (8, 12), (4, 6), 16
+    shape = (B, h, 96, 24)
+
+    def backward(second_use):
+        logits = torch.empty(shape, device='meta', requires_grad=True)
+        v = torch.empty(B, h, 24, d, device='meta', requires_grad=True)
+        taps = torch.empty(h, 1, 3, 3, device='meta', requires_grad=True)
+        recorder = cm.StepRecorder(launches=True)
+        with recorder:
+            out, loss, passed = softmax_apply_passing_on(
+                logits, v, None, (query_hw, key_hw))
+            total = out.sum() + loss
+            if second_use:
+                total = total + score_conv_op(passed, taps, taps,
+                                              list(query_hw),
+                                              list(key_hw)).sum()
+            recorder.phase = 'backward'
+            total.backward()
+        return [r for r in recorder.ops if r.phase == 'backward']
+
+    def logits_kernel(ops):
+        kernel, = [r for r in ops
+                   if r.name.endswith('/logits_backward_kernel')]
+        return kernel.nbytes
+
+    alone, both = backward(False), backward(True)
+    map_bytes = 4 * B * h * 96 * 24
+    assert logits_kernel(both) == logits_kernel(alone) + map_bytes
+    assert not [r for r in both if r.name == 'aten::add.Tensor'
+                and r.nbytes >= 3 * map_bytes]
+
+
 def test_launches_count_every_fused_ops_kernels_in_a_step():
     """A fused step recorded with ``launches`` has no custom op left as
     one kernel: every one is its launches (LaViT: softmax_apply, alone
@@ -607,11 +646,11 @@ def test_pooled_dp_map_adds_its_gradient_in_passing(pooled_in_passing):
     query_hw, key_hw = (16, 24), (4, 6)
 
     def step(logits, v):
-        out, probs = apply_softmax(
+        applied = apply_softmax(
             logits, v, None, 0., 'eager',
             (query_hw, key_hw) if pooled_in_passing else None)
-        return out.sum() + diagonality_preserving_loss(
-            logits, query_hw, key_hw, probs=probs)
+        return applied.out.sum() + diagonality_preserving_loss(
+            logits, query_hw, key_hw, probs=applied.probs)
 
     Nq, Nk = 16 * 24, 4 * 6
     ops = record_bf16(step, (2, 3, Nq, Nk), (2, 3, Nk, 16))

@@ -427,6 +427,49 @@ def test_softmax_apply_with_dp_loss(case):
         assert max(errors.values()) <= 1e-5, (uses, errors)
 
 
+@pytest.mark.parametrize('dp', [True, False])
+def test_softmax_apply_passes_its_logits_on(dp):
+    """The fused softmax (with the DP loss, or with a shift mask) passes
+    its logits on for another use (the next LA layer's transform): the
+    gradients are the eager composition's with that use's added, which
+    the logits kernel adds in its pass (no addition of maps after it)."""
+    from vitattn_mm.ops import softmax_apply_passing_on
+    g = torch.Generator().manual_seed(0)
+    if dp:
+        grids, mask = ((6, 10), (3, 5)), None
+        logits = torch.randn(2, 2, 60, 15, generator=g) * 2
+        v = torch.randn(2, 2, 15, 8, generator=g)
+    else:
+        grids, mask = None, shifted_window_mask((14, 7), (7, 7), (3, 3),
+                                                'cpu')
+        logits = torch.randn(4, 2, 49, 49, generator=g) * 2
+        v = torch.randn(4, 2, 49, 8, generator=g)
+    weight = torch.randn(logits.shape, generator=g)
+    upstream = torch.randn(*logits.shape[:3], 8, generator=g)
+    fused = [logits.clone().requires_grad_(), v.clone().requires_grad_()]
+    out, loss, passed = softmax_apply_passing_on(*fused, mask, grids)
+    assert passed.shape == logits.shape and torch.equal(passed, logits)
+    assert (loss is None) == (not dp)
+    reference = [logits.clone().requires_grad_(), v.clone().requires_grad_()]
+    if dp:
+        ref_out, ref_loss = softmax_apply_dp_eager(*reference, *grids)
+    else:
+        ref_out, ref_loss = softmax_apply_eager(*reference, mask), None
+    for o, l, x in ((out, loss, passed), (ref_out, ref_loss, reference[0])):
+        ((o * upstream).sum() + (x * weight).sum() +
+         (3 * l if l is not None else 0)).backward()
+    for a, b in zip(fused, reference):
+        assert relative_rmse(a.grad, b.grad) <= 1e-5
+    if dp:  # the loss unused: the output's and the other use's
+        fused[0].grad = None
+        out, loss, passed = softmax_apply_passing_on(*fused, mask, grids)
+        ((out * upstream).sum() + (passed * weight).sum()).backward()
+        expected = torch.autograd.grad(
+            (softmax_apply_eager(logits.requires_grad_(), v, None) *
+             upstream).sum(), logits)[0] + weight
+        assert relative_rmse(fused[0].grad, expected) <= 1e-5
+
+
 def compare_dp(inputs, grids, autocast=None, uses=('out', 'loss')):
     """``softmax_apply_dp_op`` against ``softmax_apply_dp_eager`` (fp32),
     as :func:`compare`: the relative errors of the output, the loss and

@@ -25,7 +25,8 @@ from .mean_shift_attention import (key_norm_logits,
 from .score_conv import score_conv_eager, score_conv_op
 from .softmax_apply import (apply_probabilities, softmax_apply_dp_eager,
                             softmax_apply_dp_op, softmax_apply_eager,
-                            softmax_apply_op, softmax_apply_with_dp_loss,
+                            softmax_apply_op, softmax_apply_passing_on,
+                            softmax_apply_with_dp_loss,
                             softmax_apply_with_lse)
 
 __all__ = [
@@ -40,7 +41,7 @@ __all__ = [
     'score_conv_eager', 'score_conv_op', 'apply_probabilities',
     'softmax_apply_eager', 'softmax_apply_op', 'softmax_apply_with_lse',
     'softmax_apply_dp_eager', 'softmax_apply_dp_op',
-    'softmax_apply_with_dp_loss',
+    'softmax_apply_passing_on', 'softmax_apply_with_dp_loss',
     'MAX_SIDE',
     'diagonality_loss_eager', 'diagonality_loss_op', 'diagonality_terms',
     'pool_queries', 'pool_queries_in_passing',

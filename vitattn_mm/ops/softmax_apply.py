@@ -126,19 +126,33 @@ def softmax_apply_op(logits: torch.Tensor, v: torch.Tensor,
 @torch.library.custom_op('vitattn::softmax_apply_backward', mutates_args=())
 def softmax_apply_backward_op(grad: torch.Tensor, logits: torch.Tensor,
                               v: torch.Tensor, mask: Optional[torch.Tensor],
-                              out: torch.Tensor, lse: torch.Tensor
+                              out: torch.Tensor, lse: torch.Tensor,
+                              other_grad: Optional[torch.Tensor] = None
                               ) -> List[torch.Tensor]:
     """Gradients of the logits and of ``v`` (the mask is a constant),
-    given the forward's output and log-sum-exp."""
+    given the forward's output and log-sum-exp; the gradient of the
+    logits' other use (:func:`softmax_apply_passing_on`), given, added
+    into theirs."""
     if not kernels_run_on(logits.device):
-        return eager_grads(softmax_apply_eager, grad, (logits, v), (mask, ))
-    return _launch_backward(grad, *_inputs(logits, v, mask), out, lse)
+        return _with_other(eager_grads(softmax_apply_eager, grad, (logits, v),
+                                       (mask, )), other_grad)
+    return _launch_backward(grad, *_inputs(logits, v, mask), out, lse,
+                            other=other_grad)
 
 
-def _launch_backward(grad, logits, v, mask, out, lse, dp=None):
+def _with_other(grads: List[torch.Tensor],
+                other_grad: Optional[torch.Tensor]) -> List[torch.Tensor]:
+    """The CPU path's logits gradient plus that of their other use."""
+    if other_grad is not None:
+        grads[0] = grads[0] + other_grad
+    return grads
+
+
+def _launch_backward(grad, logits, v, mask, out, lse, dp=None, other=None):
     """The backward kernels: the logits' and the values' gradients; given
     ``dp`` (the pooled map's gradient, the forward's ``E``, the loss's
-    gradient and the grids) the DP loss's share of the logits' too."""
+    gradient and the grids) the DP loss's share of the logits' too, and
+    given ``other`` that gradient of the logits' other use."""
     tk = _kernels()
     grad = grad.contiguous()
     B, h, Nq, Nk = logits.shape
@@ -155,7 +169,8 @@ def _launch_backward(grad, logits, v, mask, out, lse, dp=None):
         extra, grids = dp[:3], dp[3] + dp[4]
     tk.logits_backward_kernel[(-(-Nq // tk.BLOCK), B * h)](
         logits, masks, v, *v.stride()[:3], grad, out.contiguous(), lse,
-        dlogits, *extra, *sizes, *grids, DP=dp is not None,
+        dlogits, *extra, lse if other is None else other.contiguous(),
+        *sizes, *grids, DP=dp is not None, OTHER=other is not None,
         **dict(flags, BLOCK_N=tk.BLOCK if dp is None else tk.DP_BLOCK_N))
     tk.values_backward_kernel[(-(-Nk // tk.BLOCK), B * h)](
         logits, masks, grad, lse, dv, *dv.stride()[:3], *sizes, **flags)
@@ -163,7 +178,7 @@ def _launch_backward(grad, logits, v, mask, out, lse, dp=None):
 
 
 @softmax_apply_backward_op.register_fake
-def _(grad, logits, v, mask, out, lse):
+def _(grad, logits, v, mask, out, lse, other_grad=None):
     return [torch.empty_like(logits), torch.empty_like(v)]
 
 
@@ -256,22 +271,25 @@ def softmax_apply_dp_op(logits: torch.Tensor, v: torch.Tensor,
 def softmax_apply_with_dp_loss_backward_op(
         grad: torch.Tensor, loss_grad: torch.Tensor, logits: torch.Tensor,
         v: torch.Tensor, query_hw: List[int], key_hw: List[int],
-        out: torch.Tensor, lse: torch.Tensor,
-        e: torch.Tensor) -> List[torch.Tensor]:
-    """Gradients of the logits (the output's and the loss's in one) and of
-    ``v``, given the forward's output, log-sum-exp and ``E``."""
+        out: torch.Tensor, lse: torch.Tensor, e: torch.Tensor,
+        other_grad: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+    """Gradients of the logits (the output's and the loss's in one, and
+    that of their other use given it) and of ``v``, given the forward's
+    output, log-sum-exp and ``E``."""
     if not kernels_run_on(logits.device):
-        return eager_grads(softmax_apply_dp_eager, (grad, loss_grad),
-                           (logits, v), (query_hw, key_hw))
+        return _with_other(eager_grads(softmax_apply_dp_eager,
+                                       (grad, loss_grad), (logits, v),
+                                       (query_hw, key_hw)), other_grad)
     logits, v, _ = _inputs(logits, v, None)
     _, dmap = pooled_loss_kernels(logits, query_hw, key_hw, loss_grad)
     return _launch_backward(grad, logits, v, None, out, lse,
                             (dmap, e, loss_grad.reshape(1), query_hw,
-                             key_hw))
+                             key_hw), other_grad)
 
 
 @softmax_apply_with_dp_loss_backward_op.register_fake
-def _(grad, loss_grad, logits, v, query_hw, key_hw, out, lse, e):
+def _(grad, loss_grad, logits, v, query_hw, key_hw, out, lse, e,
+      other_grad=None):
     return [torch.empty_like(logits), torch.empty_like(v)]
 
 
@@ -313,3 +331,67 @@ def _dp_flops(logits, v, *args, out_shape=None, **kwargs) -> int:
 def _dp_backward_flops(grad, loss_grad, logits, v, *args, out_shape=None,
                        **kwargs) -> int:
     return 2 * _flops(logits, v)
+
+
+# ---------------------------------------- the logits passed on to a next use
+
+
+class SoftmaxApplyPassingOn(torch.autograd.Function):
+    """The fused softmax (with the DP loss given its grids) and the logits
+    passed on as they are for another use (the next LA layer's transform,
+    the Attention Residual): the backward adds that use's gradient into
+    the logits' own in its kernel's pass (one read of the map), where
+    autograd, seeing two uses, writes both gradients and adds them (three
+    passes). Returns ``(out, loss or None, logits, lse, E or None)``."""
+
+    @staticmethod
+    def forward(logits, v, mask, dp_grids):
+        # The logits passed on as a view (autograd saves no input that an
+        # output is as it is).
+        passed = logits.view_as(logits)
+        if dp_grids is None:
+            out, lse = softmax_apply_with_lse(logits, v, mask)
+            return out, None, passed, lse, None
+        out, loss, lse, e = softmax_apply_with_dp_loss(
+            logits, v, *(list(hw) for hw in dp_grids))
+        return out, loss, passed, lse, e
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, v, mask, dp_grids = inputs
+        out, _, passed, lse, e = output
+        ctx.save_for_backward(passed, v, mask, out, lse, e)
+        ctx.dp_grids = dp_grids
+        ctx.mark_non_differentiable(*(t for t in (lse, e) if t is not None))
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad, loss_grad, other_grad, *_):
+        logits, v, mask, out, lse, e = ctx.saved_tensors
+        if grad is None and loss_grad is None:
+            return other_grad, None, None, None
+        if grad is None:
+            grad = torch.zeros_like(out)
+        if loss_grad is None:
+            dlogits, dv = softmax_apply_backward_op(grad, logits, v, mask,
+                                                    out, lse, other_grad)
+        else:
+            dlogits, dv = softmax_apply_with_dp_loss_backward_op(
+                grad, loss_grad, logits, v,
+                *(list(hw) for hw in ctx.dp_grids), out, lse, e, other_grad)
+        return dlogits, dv, None, None
+
+
+def softmax_apply_passing_on(logits: torch.Tensor, v: torch.Tensor,
+                             mask: Optional[torch.Tensor] = None,
+                             dp_grids: Optional[Tuple[Sequence[int],
+                                                      Sequence[int]]] = None
+                             ) -> Tuple[torch.Tensor, Optional[torch.Tensor],
+                                        torch.Tensor]:
+    """:func:`softmax_apply_op` (given ``dp_grids``, the query and key
+    grids: :func:`softmax_apply_dp_op`, no mask) that also passes the
+    logits on for another use, whose gradient its backward adds in
+    (:class:`SoftmaxApplyPassingOn`): ``(out, loss or None, logits)``."""
+    out, loss, passed, _, _ = SoftmaxApplyPassingOn.apply(logits, v, mask,
+                                                          dp_grids)
+    return out, loss, passed

@@ -117,13 +117,16 @@ def _probs(l_ptr, mask_ptr, v_ptr, svb, svh, svn, g, lse, bh, b, h, start,
 @triton.jit
 def logits_backward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, g_ptr,
                            out_ptr, lse_ptr, dl_ptr, dmap_ptr, e_ptr,
-                           dloss_ptr, NH, Nq, Nk, NW, D, Hq, Wq, Hk, Wk,
-                           HAS_MASK: tl.constexpr, DP: tl.constexpr,
-                           UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
-                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                           dloss_ptr, other_ptr, NH, Nq, Nk, NW, D, Hq, Wq,
+                           Hk, Wk, HAS_MASK: tl.constexpr, DP: tl.constexpr,
+                           OTHER: tl.constexpr, UPCAST: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_D: tl.constexpr):
     """A query block's ``dL`` over every key block; with ``DP`` the DP
     loss's share too, from its pooled map's gradient at ``dmap_ptr`` (for
-    the loss gradient at ``dloss_ptr``) and the forward's ``E``."""
+    the loss gradient at ``dloss_ptr``) and the forward's ``E``; with
+    ``OTHER`` the gradient of the logits' other use (at ``other_ptr``,
+    contiguous) added before the one rounding."""
     bh, b, h, offs_m, mask_m, offs_d, mask_d = program_rows(
         Nq, NH, D, BLOCK_M, BLOCK_D)
     rows = bh.to(tl.int64) * Nq * D + offs_m[:, None] * D + offs_d[None, :]
@@ -148,10 +151,14 @@ def logits_backward_kernel(l_ptr, mask_ptr, v_ptr, svb, svh, svn, g_ptr,
             dp += pooled_gradient_tile(dmap_ptr, bh.to(tl.int64), offs_m,
                                        mask_m, offs_n, mask_n, Hq, Wq, Hk,
                                        Wk)
-        tl.store(dl_ptr + bh.to(tl.int64) * Nq * Nk + offs_m[:, None] * Nk +
-                 offs_n[None, :],
-                 (p * (dp - delta[:, None])).to(dl_ptr.dtype.element_ty),
-                 mask=mask_m[:, None] & mask_n[None, :])
+        at = bh.to(tl.int64) * Nq * Nk + offs_m[:, None] * Nk + \
+            offs_n[None, :]
+        pairs = mask_m[:, None] & mask_n[None, :]
+        dl = p * (dp - delta[:, None])
+        if OTHER:
+            dl += tl.load(other_ptr + at, mask=pairs, other=0.).to(
+                tl.float32)
+        tl.store(dl_ptr + at, dl.to(dl_ptr.dtype.element_ty), mask=pairs)
 
 
 @triton.jit

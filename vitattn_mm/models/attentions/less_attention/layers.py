@@ -12,14 +12,14 @@ every stage has the same key grid (ceil(H/32) x ceil(W/32); the reductions
 pad like the patch embeddings), so only the query grid changes between
 stages.
 """
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 
 from ....ops import (apply_probabilities, check_backend,
                      pool_queries_in_passing, pooled_op_serves,
-                     softmax_apply_dp_op, softmax_apply_op, uses_fused_op)
+                     softmax_apply_passing_on, uses_fused_op)
 from ....registry import ATTENTIONS
 from ...layers.padding import grid_after_stride
 from ...layers.common import to_2tuple_int
@@ -35,46 +35,52 @@ from .state import DiagonalityMap, as_less_attention_state
 from .transforms import build_attention_transform
 
 
+class AppliedSoftmax(NamedTuple):
+    """What :func:`apply_softmax` gives: the output, the logits to pass on
+    to their next use, the probability map the eager softmax wrote (its
+    queries pooled where the DP loss pools them; None from the fused op),
+    and the DP loss where the fused op computed it (else None)."""
+    out: torch.Tensor
+    logits: torch.Tensor
+    probs: Optional[torch.Tensor]
+    dp_loss: Optional[torch.Tensor]
+
+
 def apply_softmax(logits: torch.Tensor, v: torch.Tensor,
                   mask: Optional[torch.Tensor], dropout_p: float,
                   backend: str,
-                  pool_grids: Optional[Tuple[Grid, Grid]] = None
-                  ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """``softmax(logits + mask) v``, and the probability map where one is
-    written: the fused op (no map stored; None) where ``backend`` chooses
-    it, unless the attention weights are dropped out or the mask is
-    boolean (the op takes neither); else the eager composition, whose map
-    (before dropout) the Diagonality-Preserving loss reads rather than
-    computing a softmax of the logits again. Given ``pool_grids`` (the
-    query and key grids), that map comes with its queries pooled onto
-    the key grid, as the loss reads it (:func:`pool_queries_in_passing`:
-    its gradient added into the product's in the same pass)."""
+                  dp_grids: Optional[Tuple[Grid, Grid]] = None
+                  ) -> AppliedSoftmax:
+    """``softmax(logits + mask) v``, by the fused op where ``backend``
+    chooses it, unless the attention weights are dropped out or the mask
+    is boolean (the op takes neither). The fused op passes the logits on
+    for their next use (:func:`~vitattn_mm.ops.softmax_apply_passing_on`:
+    its backward adds that use's gradient into theirs in its pass) and
+    writes no map; the eager composition writes the map, which the
+    Diagonality-Preserving loss reads rather than computing a softmax of
+    the logits again.
+
+    ``dp_grids`` (the query and key grids) are given where the layer's
+    bounded DP loss is collected. Without a mask (the loss reads the map
+    without one): the fused op computes the loss too where the grids are
+    the pooled loss's (:func:`~vitattn_mm.ops.pooled_op_serves`, LaViT's
+    maps), its gradient in the softmax's pass; the eager map comes with
+    its queries pooled onto the key grid where the grids differ, as the
+    loss reads it (:func:`~vitattn_mm.ops.pool_queries_in_passing`)."""
     fusable = not dropout_p and (mask is None or mask.is_floating_point())
+    if dp_grids is not None and mask is not None:
+        dp_grids = None
     if fusable and uses_fused_op(backend, logits.device, v.dtype):
-        return softmax_apply_op(logits, v, mask), None
+        if dp_grids is not None and not pooled_op_serves(*dp_grids):
+            dp_grids = None
+        out, loss, passed = softmax_apply_passing_on(logits, v, mask,
+                                                     dp_grids)
+        return AppliedSoftmax(out, passed, None, loss)
     probs = kept = masked_softmax(logits, mask)
-    if pool_grids is not None:
-        probs, kept = pool_queries_in_passing(probs, *pool_grids)
-    return apply_probabilities(probs, v, dropout_p), kept
-
-
-def apply_softmax_with_dp_loss(logits: torch.Tensor, v: torch.Tensor,
-                               mask: Optional[torch.Tensor],
-                               dropout_p: float, backend: str,
-                               query_hw: Grid, key_hw: Grid
-                               ) -> Optional[Tuple[torch.Tensor,
-                                                   torch.Tensor]]:
-    """``softmax(logits) v`` and the bounded Diagonality-Preserving loss of
-    that softmax in one fused op (:func:`~vitattn_mm.ops.
-    softmax_apply_dp_op`, whose backward gives the logits one gradient in
-    one pass) where ``backend`` chooses it and the op takes the map: no
-    mask (the loss reads the map without one), no dropout, grids whose
-    fused loss is the pooled one (LaViT's); else None."""
-    if mask is not None or dropout_p or \
-            not pooled_op_serves(query_hw, key_hw) or \
-            not uses_fused_op(backend, logits.device, v.dtype):
-        return None
-    return softmax_apply_dp_op(logits, v, query_hw, key_hw)
+    if dp_grids is not None and tuple(dp_grids[0]) != tuple(dp_grids[1]):
+        probs, kept = pool_queries_in_passing(probs, *dp_grids)
+    return AppliedSoftmax(apply_probabilities(probs, v, dropout_p), logits,
+                          kept, None)
 
 
 @ATTENTIONS.register_module()
@@ -174,10 +180,11 @@ class VanillaAttention(SpatialReductionAttention):
         dropout = self.attn_drop if self.training else 0.
         if self.keep_logits is True:  # the map an LA layer transforms next
             # kept without the shift mask: an LA layer adds its own
-            logits = attention_logits(q, k, bias, self.scale)
-            out, _ = apply_softmax(logits, v, mask, dropout,
-                                   self.attn_backend)
-            kept = dict(logits=logits, factors=None)
+            applied = apply_softmax(
+                attention_logits(q, k, bias, self.scale), v, mask, dropout,
+                self.attn_backend)
+            out = applied.out
+            kept = dict(logits=applied.logits, factors=None)
         else:
             out = softmax_attention(q, k, v, bias, mask, self.scale,
                                     dropout_p=dropout)
@@ -309,32 +316,20 @@ class LessAttention(SpatialReduction):
         logits = self.transform(state.scores(), tuple(hw_shape), v_hw)
         collect = self.dp_loss_weight > 0 and self.training and \
             torch.is_grad_enabled()
-        dropout = self.attn_drop if self.training else 0.
         bounded = collect and self.dp_loss_form == 'bounded'
-        fused = apply_softmax_with_dp_loss(
-            logits, v, mask, dropout, self.attn_backend, tuple(hw_shape),
-            v_hw) if bounded else None
-        if fused is not None:
-            (out, loss), probs = fused, None
-        else:
-            # The bounded loss reads the map with its queries pooled onto
-            # the key grid: pooled here, beside the product with the
-            # values.
-            pool = bounded and mask is None and tuple(hw_shape) != v_hw
-            out, probs = apply_softmax(
-                logits, v, mask, dropout, self.attn_backend,
-                (tuple(hw_shape), v_hw) if pool else None)
-            loss = None
+        applied = apply_softmax(
+            logits, v, mask, self.attn_drop if self.training else 0.,
+            self.attn_backend, (tuple(hw_shape), v_hw) if bounded else None)
         maps = state.maps
         if collect:
             # The loss reads the map without the shift mask: a masked
             # softmax's is not the one it measures.
             maps = maps + (DiagonalityMap(
-                logits, tuple(hw_shape), v_hw, self.dp_loss_weight,
+                applied.logits, tuple(hw_shape), v_hw, self.dp_loss_weight,
                 self.dp_loss_form, self.attn_backend,
-                probs if mask is None else None, loss), )
-        return self.output(out), state.replace(
-            logits=logits, factors=None, query_hw=tuple(hw_shape),
+                applied.probs if mask is None else None, applied.dp_loss), )
+        return self.output(applied.out), state.replace(
+            logits=applied.logits, factors=None, query_hw=tuple(hw_shape),
             key_hw=v_hw, windows=1, maps=maps)
 
     @torch.no_grad()
