@@ -70,16 +70,18 @@ def _launch_forward(logits, v, mask, dp=None):
     D = v.shape[-1]
     out = v.new_empty(B, h, Nq, D)
     lse = torch.empty(B * h, Nq, device=v.device, dtype=torch.float32)
+    # Without the DP loss the kernel reads no map's gradient and writes no
+    # E: placeholders.
     dmap, grids = (lse, [1] * 4) if dp is None else (dp[0], dp[1] + dp[2])
-    rows = torch.empty_like(lse) if dp is not None else lse
+    e = lse if dp is None else torch.empty_like(lse)
     tk.forward_kernel[(-(-Nq // tk.BLOCK), B * h)](
         logits, logits if mask is None else mask, v, *v.stride()[:3], out,
-        lse, dmap, rows, h, Nq, Nk, 1 if mask is None else mask.shape[0], D,
+        lse, dmap, e, h, Nq, Nk, 1 if mask is None else mask.shape[0], D,
         *grids, HAS_MASK=mask is not None, DP=dp is not None,
         UPCAST=_upcast(v), BLOCK_M=tk.BLOCK,
         BLOCK_N=tk.BLOCK if dp is None else tk.DP_BLOCK_N,
         BLOCK_D=block_d(D), num_warps=tk.NUM_WARPS)
-    return out, lse, rows
+    return out, lse, e
 
 
 def _upcast(v: torch.Tensor) -> bool:
@@ -296,24 +298,33 @@ def _(grad, loss_grad, logits, v, query_hw, key_hw, out, lse, e,
 def _dp_setup(ctx, inputs, output):
     logits, v, query_hw, key_hw = inputs
     out, _, lse, e = output
-    ctx.save_for_backward(logits, v, out, lse, e)
-    ctx.grids = (query_hw, key_hw)
+    ctx.save_for_backward(logits, v, None, out, lse, e)
+    ctx.dp_grids = (query_hw, key_hw)
     ctx.mark_non_differentiable(lse, e)
     ctx.set_materialize_grads(False)
 
 
 def _dp_backward(ctx, grads):
-    grad, loss_grad = grads[:2]
-    logits, v, out, lse, e = ctx.saved_tensors
-    if loss_grad is None:  # the loss unused: the softmax's backward alone
-        if grad is None:
-            return None, None, None, None
-        return (*softmax_apply_backward_op(grad, logits, v, None, out, lse),
-                None, None)
+    return (*_softmax_backward(ctx, *grads[:2], None), None, None)
+
+
+def _softmax_backward(ctx, grad, loss_grad, other_grad):
+    """The logits' and the values' gradients of the fused softmax, with
+    the DP loss where its forward took it (``ctx.dp_grids``), from the
+    upstream gradients of the output, the loss and the logits' other use
+    (each may be None) and what the forward saved: ``(logits, v, mask,
+    out, lse, E)``."""
+    logits, v, mask, out, lse, e = ctx.saved_tensors
+    if grad is None and loss_grad is None:
+        return other_grad, None
     if grad is None:
         grad = torch.zeros_like(out)
-    return (*softmax_apply_with_dp_loss_backward_op(
-        grad, loss_grad, logits, v, *ctx.grids, out, lse, e), None, None)
+    if loss_grad is None:  # the loss unused: the softmax's backward alone
+        return softmax_apply_backward_op(grad, logits, v, mask, out, lse,
+                                         other_grad)
+    return softmax_apply_with_dp_loss_backward_op(
+        grad, loss_grad, logits, v, *(list(hw) for hw in ctx.dp_grids),
+        out, lse, e, other_grad)
 
 
 softmax_apply_with_dp_loss.register_autograd(_dp_backward,
@@ -367,19 +378,8 @@ class SoftmaxApplyPassingOn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, loss_grad, other_grad, *_):
-        logits, v, mask, out, lse, e = ctx.saved_tensors
-        if grad is None and loss_grad is None:
-            return other_grad, None, None, None
-        if grad is None:
-            grad = torch.zeros_like(out)
-        if loss_grad is None:
-            dlogits, dv = softmax_apply_backward_op(grad, logits, v, mask,
-                                                    out, lse, other_grad)
-        else:
-            dlogits, dv = softmax_apply_with_dp_loss_backward_op(
-                grad, loss_grad, logits, v,
-                *(list(hw) for hw in ctx.dp_grids), out, lse, e, other_grad)
-        return dlogits, dv, None, None
+        return (*_softmax_backward(ctx, grad, loss_grad, other_grad), None,
+                None)
 
 
 def softmax_apply_passing_on(logits: torch.Tensor, v: torch.Tensor,
