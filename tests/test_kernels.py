@@ -921,6 +921,25 @@ def test_fused_ops_compile_in_one_graph():
         ref.sum().backward()
         assert relative_rmse(out, ref) <= 1e-5
         assert relative_rmse(grad, x.grad) <= 1e-5
+    # An LA map's ops: the softmax with the DP loss passing its logits on
+    # (an autograd.Function around the op) to the next layer's score
+    # convs with the head mix.
+    from vitattn_mm.ops import softmax_apply_passing_on
+    leaves = [torch.randn(2, 2, 24, 6), torch.randn(2, 2, 6, 8),
+              torch.randn(2, 1, 3, 3), torch.randn(2, 2, 1, 1)]
+    leaves = [t.requires_grad_() for t in leaves]
+
+    def la_step(logits, v, taps, mix):
+        out, loss, passed = softmax_apply_passing_on(logits, v, None,
+                                                     ((4, 6), (2, 3)))
+        after = score_conv_op(passed, taps, taps, [4, 6], [2, 3], mix)
+        return out.sum() + loss + after.square().sum()
+
+    compiled = torch.compile(la_step, fullgraph=True, backend='aot_eager')
+    got = torch.autograd.grad(compiled(*leaves), leaves)
+    expected = torch.autograd.grad(la_step(*leaves), leaves)
+    for a, b in zip(got, expected):
+        assert relative_rmse(a, b) <= 1e-6
 
 
 def test_auto_backend_is_eager_until_a_gpu_measures_fused_faster(
