@@ -73,6 +73,18 @@ def _shifted(ptr, offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, dy,
 
 
 @triton.jit
+def _program_tile(NH, Nq, Nk, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's (image, head) map ``bh`` (grid axis 0), its head
+    ``h``, its tile of queries and keys (axes 1, 2) with their masks, and
+    the map's offset."""
+    bh = tl.program_id(0)
+    offs_q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    offs_k = tl.program_id(2) * BLOCK_K + tl.arange(0, BLOCK_K)
+    return (bh, bh % NH, offs_q, offs_q < Nq, offs_k, offs_k < Nk,
+            bh.to(tl.int64) * Nq * Nk)
+
+
+@triton.jit
 def _conv_tile(ptr, w_ptr, offs_q, mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk,
                Wk, K: tl.constexpr, OVER_KEYS: tl.constexpr,
                MIRROR: tl.constexpr):
@@ -114,12 +126,8 @@ def conv_pass_kernel(src_ptr, dst_ptr, w_ptr, wsrc_ptr, dw_ptr, NH, Nq, Nk,
     gradient ``src``) also the tile's share of the forward conv weight's
     gradient, ``dw_t += sum src * wsrc(shifted by t)`` (unmirrored), where
     ``wsrc`` is that conv's input."""
-    bh = tl.program_id(0)
-    h = bh % NH
-    offs_q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    offs_k = tl.program_id(2) * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask_q, mask_k = offs_q < Nq, offs_k < Nk
-    base = bh.to(tl.int64) * Nq * Nk
+    bh, h, offs_q, mask_q, offs_k, mask_k, base = _program_tile(
+        NH, Nq, Nk, BLOCK_Q, BLOCK_K)
     acc = _conv_tile(src_ptr + base, w_ptr + h * K * K, offs_q, mask_q,
                      offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, K, OVER_KEYS,
                      MIRROR)
@@ -144,12 +152,8 @@ def mixed_conv_pass_kernel(src_ptr, dst_ptr, w_ptr, mix_ptr, wsrc_ptr,
     the input head ``i`` of this program: ``dst_i = w_i^T * (sum_o M_oi
     src_o)``, and the tile's shares of ``dw_i`` and ``dM_oi`` (``wsrc``:
     the forward conv's input)."""
-    bh = tl.program_id(0)
-    h = bh % NH
-    offs_q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    offs_k = tl.program_id(2) * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask_q, mask_k = offs_q < Nq, offs_k < Nk
-    base = bh.to(tl.int64) * Nq * Nk
+    bh, h, offs_q, mask_q, offs_k, mask_k, base = _program_tile(
+        NH, Nq, Nk, BLOCK_Q, BLOCK_K)
     acc = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
     dconv = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)
     for other in range(0, NH):
