@@ -128,14 +128,14 @@ def conv_pass_kernel(src_ptr, dst_ptr, w_ptr, wsrc_ptr, dw_ptr, NH, Nq, Nk,
     ``wsrc`` is that conv's input."""
     bh, h, offs_q, mask_q, offs_k, mask_k, base = _program_tile(
         NH, Nq, Nk, BLOCK_Q, BLOCK_K)
-    acc = _conv_tile(src_ptr + base, w_ptr + h * K * K, offs_q, mask_q,
-                     offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, K, OVER_KEYS,
-                     MIRROR)
-    if WEIGHT_GRAD:
+    if WEIGHT_GRAD:  # first: the conv after it (Triton 3.6 spilled)
         g = _tile(src_ptr + base, offs_q, mask_q, offs_k, mask_k, Nk)
         _add_tap_grads(dw_ptr + h * K * K, g, wsrc_ptr + base, offs_q,
                        mask_q, offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, K,
                        OVER_KEYS)
+    acc = _conv_tile(src_ptr + base, w_ptr + h * K * K, offs_q, mask_q,
+                     offs_k, mask_k, Nk, Hq, Wq, Hk, Wk, K, OVER_KEYS,
+                     MIRROR)
     tl.store(dst_ptr + base + offs_q[:, None] * Nk + offs_k[None, :],
              acc.to(dst_ptr.dtype.element_ty),
              mask=mask_q[:, None] & mask_k[None, :])
