@@ -363,15 +363,16 @@ def _pooled_map(tk, logits, query_hw, key_hw):
 
 
 def pooled_loss_kernels(logits: torch.Tensor, query_hw: Sequence[int],
-                        key_hw: Sequence[int], grad: torch.Tensor,
+                        key_hw: Sequence[int],
+                        grad: Optional[torch.Tensor] = None,
                         with_loss: bool = False):
-    """The pooled map's gradient ``dM`` for the loss's gradient ``grad``
-    (one element), by the kernels (the map computed from the contiguous
-    logits), and with ``with_loss`` the loss first: ``(loss or None,
-    dM)``, ``dM`` ``(maps, N_k, N_k)`` fp32."""
+    """By the kernels, from the contiguous logits: the pooled map, then
+    with ``with_loss`` the loss, and given the loss's gradient ``grad``
+    (one element) the pooled map's gradient ``dM`` ``(maps, N_k, N_k)``
+    fp32: ``(loss or None, dM or None)``."""
     tk = _kernels()
     pooled, maps, Nk, block = _pooled_map(tk, logits, query_hw, key_hw)
-    loss = None
+    loss = dpooled = None
     if with_loss:
         partial = torch.empty(maps, Nk, 2, device=logits.device,
                               dtype=torch.float32)
@@ -379,11 +380,12 @@ def pooled_loss_kernels(logits: torch.Tensor, query_hw: Sequence[int],
                                            Nk, 0., WRITE_GRAD=False,
                                            BLOCK_K=block)
         loss = partial.sum() / (maps * Nk)
-    dpooled = torch.empty_like(pooled)
-    tk.pooled_terms_kernel[(maps, Nk)](pooled, pooled, dpooled,
-                                       grad.reshape(1), Nk,
-                                       1. / (maps * Nk), WRITE_GRAD=True,
-                                       BLOCK_K=block)
+    if grad is not None:
+        dpooled = torch.empty_like(pooled)
+        tk.pooled_terms_kernel[(maps, Nk)](pooled, pooled, dpooled,
+                                           grad.reshape(1), Nk,
+                                           1. / (maps * Nk),
+                                           WRITE_GRAD=True, BLOCK_K=block)
     return loss, dpooled
 
 
@@ -395,15 +397,8 @@ def pooled_diagonality_loss_op(logits: torch.Tensor, query_hw: List[int],
     :func:`pooled_op_takes`)."""
     if not kernels_run_on(logits.device):
         return pooled_diagonality_loss_eager(logits, query_hw, key_hw)
-    tk = _kernels()
-    logits = logits.contiguous()
-    pooled, maps, Nk, block = _pooled_map(tk, logits, query_hw, key_hw)
-    partial = torch.empty(maps, Nk, 2, device=logits.device,
-                          dtype=torch.float32)
-    tk.pooled_terms_kernel[(maps, Nk)](pooled, partial, pooled, partial,
-                                       Nk, 0., WRITE_GRAD=False,
-                                       BLOCK_K=block)
-    return partial.sum() / (maps * Nk)
+    return pooled_loss_kernels(logits.contiguous(), query_hw, key_hw,
+                               with_loss=True)[0]
 
 
 @pooled_diagonality_loss_op.register_fake
